@@ -149,6 +149,7 @@ class RolloutRecord:
     trajectories: list[Trajectory]
     ranker_calls: list[RankerCall] = field(default_factory=list)
     stage: str = "rollout"
+    sampling: dict = field(default_factory=dict)  # temperature, top_p, greedy, seed, max_turns, k, n ...
     groups: list[GroupInfo] = field(default_factory=list)
     kind: str = "rollout"
     schema: int = SCHEMA_VERSION
