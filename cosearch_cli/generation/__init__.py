@@ -1,0 +1,1 @@
+"""Generation backends: a batch of prompts in, sampled token ids, text and log-probabilities out."""
