@@ -39,3 +39,21 @@ def cli():
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def tiny_lm():
+    """(model, tokenizer): a randomly initialised 2-layer Llama over the SmolLM2 tokenizer, fixed seed."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from cosearch_cli.models import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2")
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    return model, tokenizer

@@ -42,6 +42,9 @@ class SamplingSettings:
 class GenerationRequest:
     prompt_ids: list[int]
     constraint: Constraint | None = None
+    # The row's own sampling seed; None derives one from SamplingSettings.seed and the row's position.
+    # Setting it makes a row's sample independent of which other rows share its batch.
+    seed: int | None = None
 
 
 @dataclass
