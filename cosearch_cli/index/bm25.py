@@ -1,0 +1,77 @@
+"""BM25 with bm25s (the default backend; README "BM25 backends" gives the measured reason).
+
+Lucene's BM25 variant with pyserini's default parameters (k1=0.9, b=0.4), English stopwords, no stemming.
+Documents are `title + " " + text`. Tokenising streams in chunks against one growing vocabulary, so the text
+of a big corpus is never held in memory (the token ids and the score matrix are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from cosearch_cli.records import Hit, Passage
+
+K1 = 0.9
+B = 0.4
+STOPWORDS = "en"
+_CHUNK = 20_000
+
+
+def document_text(passage: Passage) -> str:
+    return f"{passage.title} {passage.text}"
+
+
+def build_bm25(passages: Iterable[Passage], folder: Path, *, k1: float = K1, b: float = B) -> int:
+    """Index `passages` (in doc-store row order) into `folder`; returns the number of documents."""
+    import bm25s
+    from bm25s.tokenization import Tokenizer
+
+    tokenizer = Tokenizer(stopwords=STOPWORDS)
+    ids: list[list[int]] = []
+    buffer: list[str] = []
+    for passage in passages:
+        buffer.append(document_text(passage))
+        if len(buffer) == _CHUNK:
+            ids.extend(tokenizer.tokenize(buffer, update_vocab=True, return_as="ids", show_progress=False))
+            buffer = []
+    if buffer:
+        ids.extend(tokenizer.tokenize(buffer, update_vocab=True, return_as="ids", show_progress=False))
+    model = bm25s.BM25(k1=k1, b=b, method="lucene")
+    model.index(bm25s.tokenization.Tokenized(ids=ids, vocab=tokenizer.get_vocab_dict()), show_progress=False)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save(str(folder), show_progress=False)
+    return len(ids)
+
+
+def tokenize_queries(queries: Sequence[str]) -> list[list[str]]:
+    import bm25s
+
+    return bm25s.tokenize(list(queries), stopwords=STOPWORDS, return_ids=False, show_progress=False)
+
+
+class BM25Retriever:
+    """Batched top-k over a saved bm25s index; rows map to passage ids through `row_ids`."""
+
+    name = "bm25"
+
+    def __init__(self, folder: Path, row_ids: Sequence[str], *, mmap: bool = False):
+        import bm25s
+
+        self.model = bm25s.BM25.load(str(folder), mmap=mmap, show_progress=False, verbosity=0)
+        self.row_ids = row_ids
+        self.n_docs = len(row_ids)
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
+        if not queries:
+            return []
+        k = min(k, self.n_docs)
+        rows, scores = self.model.retrieve(tokenize_queries(queries), k=k, show_progress=False)
+        return [_hits(r, s, self.row_ids) for r, s in zip(rows, scores)]
+
+
+def _hits(rows: np.ndarray, scores: np.ndarray, row_ids: Sequence[str]) -> list[Hit]:
+    # bm25s pads with score-0 rows when a query matches fewer than k documents; those are no hits
+    return [Hit(id=row_ids[int(r)], score=float(s)) for r, s in zip(rows, scores) if s > 0]

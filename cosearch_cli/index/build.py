@@ -1,0 +1,252 @@
+"""Building and opening index folders.
+
+An index folder holds everything later stages need:
+  passages.jsonl, offsets.npy, ids*.npy, rows_sorted.npy   the doc store (docstore.py)
+  bm25/                                                    the bm25s index (bm25.py)
+  dense/<type>.faiss                                       FAISS indexes over the encoder's embeddings
+  index.manifest.json                                      corpus hash and count, encoder, settings, versions
+It is built in a temporary folder beside the target and renamed into place only when complete, so a failed
+build leaves nothing behind. The same passages and settings give byte-identical files (the manifest carries
+no timestamp for that reason).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import orjson
+
+from cosearch_cli.artifacts import make_manifest, write_json_atomic
+from cosearch_cli.errors import IndexError_, InputError, OutputExists
+from cosearch_cli.index import bm25 as bm25_mod
+from cosearch_cli.index import dense as dense_mod
+from cosearch_cli.index.corpus import Corpus, passage_key
+from cosearch_cli.index.docstore import DocStore, DocStoreWriter, duplicate_error
+from cosearch_cli.records import Passage
+from cosearch_cli.retrieval import Retriever
+
+MANIFEST = "index.manifest.json"
+INDEX_FORMAT = 1
+Progress = Callable[[str, int], None]
+
+
+def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool = True, dense: str | None = None,
+                dense_index: str | Sequence[str] = "flat", overwrite: bool = False, batch_size: int = 64,
+                cache_embeddings: bool = True, options: dict | None = None,
+                on_progress: Progress | None = None) -> dict:
+    """Index `passages` into `folder` (BM25 and/or dense with encoder `dense`); returns the manifest.
+
+    `passages` may be a `Corpus` (then errors name its files and lines) or any iterable of Passages.
+    `dense_index`: one FAISS type or several ("flat", "hnsw", "ivfpq"), each stored as dense/<type>.faiss.
+    """
+    folder = Path(folder)
+    types = [dense_index] if isinstance(dense_index, str) else list(dense_index)
+    for kind in types:
+        if kind not in dense_mod.INDEX_TYPES:
+            from cosearch_cli.errors import ConfigError
+            raise ConfigError(f"unknown dense index type {kind!r}",
+                              fix=f"use one of {', '.join(dense_mod.INDEX_TYPES)}")
+    if not bm25 and not dense:
+        from cosearch_cli.errors import ConfigError
+        raise ConfigError("nothing to build: neither BM25 nor a dense encoder was asked for",
+                          fix="keep BM25 on, or pass a dense encoder ('minilm' or a folder)")
+    encoder = dense_mod.HFEncoder(dense, batch_size=batch_size) if dense else None  # fail before writing
+    if folder.exists() and any(folder.iterdir()) and not overwrite:
+        raise OutputExists(f"{folder} already exists", fix="pass --overwrite to replace it, or choose another path")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        manifest = _build(passages, tmp, bm25=bm25, encoder=encoder, types=types,
+                          cache_embeddings=cache_embeddings, options=options or {}, on_progress=on_progress)
+        _replace_folder(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _build(passages, tmp: Path, *, bm25: bool, encoder, types, cache_embeddings, options, on_progress) -> dict:
+    import hashlib
+
+    writer = DocStoreWriter(tmp)
+    digest = hashlib.sha256()
+    try:
+        for passage in passages:
+            writer.add(passage)
+            digest.update(passage_key(passage))
+            if on_progress and writer.count % 1000 == 0:
+                on_progress("read", 1000)
+    finally:
+        duplicates = writer.close()
+    if on_progress:
+        on_progress("read", writer.count % 1000)
+    paths = passages.reader.paths if isinstance(passages, Corpus) else []
+    if writer.count == 0:
+        raise InputError("the corpus is empty", path=", ".join(paths) or None,
+                         fix="pass a JSONL file with one passage per line")
+    if len(duplicates):
+        raise _duplicate(DocStore(tmp), int(duplicates[0]), paths)
+    corpus_sha = digest.hexdigest()
+    store = DocStore(tmp)
+    settings: dict = {}
+    if bm25:
+        bm25_mod.build_bm25(_counting(store, on_progress, "bm25"), tmp / "bm25")
+        settings["bm25"] = {"backend": "bm25s", "k1": bm25_mod.K1, "b": bm25_mod.B, "method": "lucene",
+                            "stopwords": bm25_mod.STOPWORDS, "stemmer": None}
+    if encoder is not None:
+        vectors = dense_mod.load_cached_embeddings(encoder.name, corpus_sha, len(store)) \
+            if cache_embeddings else None
+        if vectors is None:
+            vectors = dense_mod.encode_corpus(encoder, iter(store),
+                                              on_progress=(lambda n: on_progress("encode", n)) if on_progress
+                                              else None)
+            if cache_embeddings:
+                dense_mod.save_cached_embeddings(encoder.name, corpus_sha, vectors)
+        elif on_progress:
+            on_progress("encode", len(store))
+        (tmp / "dense").mkdir()
+        for kind in types:
+            dense_mod.write_faiss(dense_mod.build_faiss(vectors, kind), tmp / "dense" / f"{kind}.faiss")
+        settings["dense"] = {"encoder": encoder_spec(encoder.name), "encoder_key": dense_mod.encoder_key(encoder.name),
+                             "dim": encoder.dim, "prefixes": encoder.prefixes, "max_length": encoder.max_length,
+                             "pooling": "mean", "normalize": True, "index_types": types}
+    manifest = make_manifest("index", options, inputs=passages.file_hashes if isinstance(passages, Corpus) else {})
+    manifest.pop("created")  # same inputs => byte-identical index, manifest included
+    manifest.update({"format": INDEX_FORMAT, "corpus": {"sha256": corpus_sha, "passages": len(store)}, **settings})
+    write_json_atomic(tmp / MANIFEST, manifest)
+    return manifest
+
+
+def encoder_spec(name: str) -> str:
+    """What the manifest records: the embedded name, or the encoder folder as an absolute path."""
+    if name == dense_mod.EMBEDDED_ENCODER:
+        return name
+    return str(dense_mod.resolve_encoder(name).resolve())
+
+
+def _counting(store: DocStore, on_progress, phase: str):
+    for i, passage in enumerate(store, start=1):
+        if on_progress and i % 1000 == 0:
+            on_progress(phase, 1000)
+        yield passage
+    if on_progress:
+        on_progress(phase, len(store) % 1000)
+
+
+def _duplicate(store: DocStore, row: int, paths: list[str]):
+    pid = store.row_id(row)
+    first_row = min(r for r in range(len(store)) if store.row_id(r) == pid)
+    where = _locate(paths, [first_row, row]) if paths else {}
+    return duplicate_error(pid, where.get(first_row), where.get(row))
+
+
+def _locate(paths: list[str], rows: list[int]) -> dict[int, tuple[str, int]]:
+    """(file, line) of the given corpus rows, by reading the corpus again (only on an error)."""
+    wanted, found = set(rows), {}
+    for index, row in enumerate(Corpus(paths).reader.rows()):
+        if index in wanted:
+            found[index] = (row.path, row.line)
+            if len(found) == len(wanted):
+                break
+    return found
+
+
+def _replace_folder(tmp: Path, folder: Path) -> None:
+    if folder.exists():
+        old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+        os.replace(folder, old)
+        os.replace(tmp, folder)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, folder)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Opening
+
+
+class Index:
+    """An opened index folder: `docs` (the doc store), `manifest`, and `retriever(kind)`."""
+
+    def __init__(self, folder: Path, manifest: dict):
+        self.folder = folder
+        self.manifest = manifest
+        self.docs = DocStore(folder)
+        self._retrievers: dict[tuple, Retriever] = {}
+
+    @property
+    def kinds(self) -> list[str]:
+        return [k for k in ("bm25", "dense") if k in self.manifest]
+
+    def retriever(self, kind: str | None = None, *, encoder: str | None = None,
+                  index_type: str | None = None) -> Retriever:
+        """The BM25 or dense retriever (default: BM25 when built, else dense). Asking for dense with
+        another encoder than the index was built with is an error, not silently wrong results."""
+        kind = kind or self.kinds[0]
+        if kind not in ("bm25", "dense"):
+            from cosearch_cli.errors import ConfigError
+            raise ConfigError(f"unknown retriever {kind!r}", fix="use 'bm25' or 'dense'")
+        if kind not in self.manifest:
+            other = f" (it has {', '.join(self.kinds)})" if self.kinds else ""
+            build = "--bm25" if kind == "bm25" else "--dense minilm"
+            raise IndexError_(f"this index has no {kind} retriever{other}", path=self.folder,
+                              fix=f"rebuild it with {build}, or ask for {self.kinds[0]}")
+        key = (kind, encoder, index_type)
+        if key not in self._retrievers:
+            self._retrievers[key] = self._open(kind, encoder, index_type)
+        return self._retrievers[key]
+
+    def _open(self, kind: str, encoder: str | None, index_type: str | None) -> Retriever:
+        if kind == "bm25":
+            return bm25_mod.BM25Retriever(self.folder / "bm25", self.docs.row_ids())
+        info = self.manifest["dense"]
+        built_with = info["encoder"]
+        if encoder is not None and encoder_spec(encoder) != built_with:
+            raise IndexError_(f"index was built with encoder {built_with!r}, not {encoder!r}", path=self.folder,
+                              fix=f"use --encoder {built_with}, or rebuild the index with --dense {encoder}")
+        index_type = index_type or info["index_types"][0]
+        if index_type not in info["index_types"]:
+            raise IndexError_(f"no {index_type} dense index here (built: {', '.join(info['index_types'])})",
+                              path=self.folder, fix=f"rebuild with --dense-index {index_type}")
+        model = dense_mod.HFEncoder(built_with, prefixes=info["prefixes"], max_length=info["max_length"])
+        return DenseRetriever(model, dense_mod.read_faiss(self.folder / "dense" / f"{index_type}.faiss"),
+                              self.docs.row_ids())
+
+
+class DenseRetriever:
+    """Encode the queries, search FAISS, map rows to passage ids."""
+
+    name = "dense"
+
+    def __init__(self, encoder, faiss_index, row_ids: Sequence[str]):
+        self.encoder = encoder
+        self.index = faiss_index
+        self.row_ids = row_ids
+
+    def search(self, queries: Sequence[str], k: int):
+        from cosearch_cli.records import Hit
+
+        if not queries:
+            return []
+        scores, rows = self.index.search(self.encoder.encode_queries(list(queries)), min(k, len(self.row_ids)))
+        return [[Hit(id=self.row_ids[int(r)], score=float(s)) for r, s in zip(rr, ss) if r >= 0]
+                for rr, ss in zip(rows, scores)]
+
+
+def open_index(folder: str | Path) -> Index:
+    folder = Path(folder)
+    build_hint = "build it with `cosearch index fixture` or `cosearch index build --corpus PATH --out DIR`"
+    if not folder.is_dir():
+        raise IndexError_("no index folder here", path=folder, fix=build_hint)
+    manifest_file = folder / MANIFEST
+    if not manifest_file.is_file():
+        raise IndexError_(f"not a cosearch index (no {MANIFEST})", path=folder, fix=build_hint)
+    manifest = orjson.loads(manifest_file.read_bytes())
+    if manifest.get("format") != INDEX_FORMAT:
+        raise IndexError_(f"index format {manifest.get('format')!r}, this cosearch reads {INDEX_FORMAT}",
+                          path=folder, fix="rebuild the index with this version")
+    return Index(folder, manifest)
