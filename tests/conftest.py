@@ -57,3 +57,26 @@ def tiny_lm():
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
     return model, tokenizer
+
+
+class ForceText:
+    """A test Constraint that allows exactly one token sequence (a stand-in for real grammars)."""
+
+    def __init__(self, token_ids, vocab):
+        self.target, self.vocab = list(token_ids), vocab
+
+    def allowed(self, generated):
+        import torch
+
+        mask = torch.zeros(self.vocab, dtype=torch.bool)
+        if len(generated) < len(self.target):
+            mask[self.target[len(generated)]] = True
+        return mask
+
+    def is_complete(self, generated):
+        return list(generated) == self.target
+
+
+@pytest.fixture(scope="session")
+def force_text():
+    return ForceText

@@ -79,26 +79,11 @@ def test_stop_string_ends_the_row_and_keeps_the_stopping_token(backend, tiny_lm)
     assert stopped.finish_reason == "stop"
 
 
-class ForceText:
-    """A constraint that allows exactly one token sequence (the test's stand-in for constrain.py)."""
-
-    def __init__(self, token_ids, vocab):
-        self.target, self.vocab = list(token_ids), vocab
-
-    def allowed(self, generated):
-        mask = torch.zeros(self.vocab, dtype=torch.bool)
-        mask[self.target[len(generated)]] = True
-        return mask
-
-    def is_complete(self, generated):
-        return list(generated) == self.target
-
-
-def test_constraint_masks_sampling_but_not_recorded_logprobs(backend, tiny_lm):
+def test_constraint_masks_sampling_but_not_recorded_logprobs(backend, tiny_lm, force_text):
     model, tokenizer = tiny_lm
     prompt = _prompts(tokenizer)[1]
     target = tokenizer.encode("<search> paris </search>")
-    request = GenerationRequest(prompt, constraint=ForceText(target, len(tokenizer)))
+    request = GenerationRequest(prompt, constraint=force_text(target, len(tokenizer)))
     gen = backend.generate([request, GenerationRequest(prompt)], SamplingSettings(max_new_tokens=30, seed=1))[0]
     assert gen.token_ids == target
     assert gen.finish_reason in ("constraint", "stop")
