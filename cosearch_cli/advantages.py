@@ -1,0 +1,91 @@
+"""GRPO advantages from group rewards, for both models.
+
+advantage = (r - mean_group) / (scale + eps), where scale is
+  group  the group's standard deviation (GRPO as in DeepSeekMath, Search-R1 and CoSearch);
+  batch  the standard deviation of all rewards in the batch's trainable groups of the same role (mean still
+         per group): groups with a small spread are not blown up to unit scale;
+  none   no scaling: plain r - mean_group (as Dr. GRPO proposes); eps is unused.
+Standard deviations are sample deviations (ddof=1), as verl and TRL compute them.
+
+A group of one, or whose rewards are all equal (within 1e-9), carries no signal: every member gets
+advantage 0, and the group is marked kept=False with reason "singleton" or "all-equal-rewards" so the update
+stage skips it and the summary counts it. This is where METHOD's "drop clusters whose rewards are all equal"
+happens, since grouping runs before rewards exist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from cosearch_cli.errors import ConfigError
+from cosearch_cli.grouping import AGENT, RANKER, SINGLETON
+from cosearch_cli.records import RolloutRecord
+
+MODES = ("group", "batch", "none")
+ALL_EQUAL = "all-equal-rewards"
+EQUAL_TOLERANCE = 1e-9
+
+
+def sample_std(values: Sequence[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def no_signal(rewards: Sequence[float]) -> str:
+    """Why a group cannot train ("" when it can)."""
+    if len(rewards) < 2:
+        return SINGLETON
+    if max(rewards) - min(rewards) <= EQUAL_TOLERANCE:
+        return ALL_EQUAL
+    return ""
+
+
+def group_advantages(rewards: Sequence[float], *, mode: str = "group", eps: float = 1e-6,
+                     batch_std: float | None = None) -> list[float]:
+    """Advantages of one group's members, in order; all 0 for a singleton or all-equal group."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown advantage scaling {mode!r}", fix=f"choose one of {', '.join(MODES)}")
+    if no_signal(rewards):
+        return [0.0] * len(rewards)
+    mean = sum(rewards) / len(rewards)
+    if mode == "group":
+        scale = sample_std(rewards) + eps
+    elif mode == "batch":
+        assert batch_std is not None, "batch scaling needs the batch's reward std"
+        scale = batch_std + eps
+    else:
+        scale = 1.0
+    return [(r - mean) / scale for r in rewards]
+
+
+def assign_advantages(records: Sequence[RolloutRecord], *, mode: str = "group", eps: float = 1e-6) -> None:
+    """Set the advantage of every trajectory and ranker call in scored records, dropping no-signal groups.
+
+    Members of groups that do not train (dropped here or by grouping) get advantage 0.
+    """
+    trainable: list[tuple[list, list[float], str]] = []  # (member objects, their rewards, role)
+    pooled = {AGENT: [], RANKER: []}
+    for record in records:
+        trajs = {str(t.sample): t for t in record.trajectories}
+        calls = {c.id: c for c in record.ranker_calls}
+        for group in record.groups:
+            members = [(trajs if group.role == AGENT else calls)[m] for m in group.members]
+            for member in members:
+                member.advantage = 0.0
+            if not group.kept:
+                continue
+            rewards = [m.reward for m in members]
+            reason = no_signal(rewards)
+            if reason:
+                group.kept, group.reason = False, reason
+                continue
+            trainable.append((members, rewards, group.role))
+            pooled[group.role].extend(rewards)
+    batch_std = {role: sample_std(values) for role, values in pooled.items()}
+    for members, rewards, role in trainable:
+        for member, adv in zip(members, group_advantages(rewards, mode=mode, eps=eps, batch_std=batch_std[role])):
+            member.advantage = adv

@@ -1,0 +1,85 @@
+"""`cosearch group`: GRPO groups for agent and ranker from rollout records."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Literal
+
+import typer
+
+from cosearch_cli import grouping
+from cosearch_cli.artifacts import Reader, Writer, make_manifest
+from cosearch_cli.cli import app
+from cosearch_cli.cli.common import Inputs, Output, Quiet, stderr
+from cosearch_cli.errors import NothingToDo, RecordError
+from cosearch_cli.records import RolloutRecord, read_rollout
+
+Preset = Annotated[Literal["paper", "official"], typer.Option(
+    help="Named settings: paper (size >= k_min) or official code (size > k_min); "
+         "the options below override single values.")]
+Summary = Annotated[str | None, typer.Option(help="Also write one row per group (question_id, group, role, size, "
+                                                  "kept, reason) to this .parquet or .jsonl path.")]
+
+
+def read_records(inputs: list[str], min_stage: str, check) -> tuple[list[RolloutRecord], Reader]:
+    """Every record of the inputs, checked; refuses a question that appears twice (e.g. overlapping shards)."""
+    reader = Reader.open(inputs or ["-"])
+    records, first_seen = [], {}
+    for row in reader.rows():
+        record = read_rollout(row.data, row.path, row.line, min_stage=min_stage)
+        if record.question_id in first_seen:
+            raise RecordError(f"question {record.question_id!r} appears twice (first at "
+                              f"{first_seen[record.question_id]})", path=row.path, line=row.line,
+                              fix="pass each question's rollouts once: shards must not overlap")
+        first_seen[record.question_id] = f"{row.path}:{row.line}"
+        check(record, row.path, row.line)
+        records.append(record)
+    if not records:
+        raise NothingToDo("the input holds no rollout records", fix="check the upstream stage's output")
+    return records, reader
+
+
+def write_records(records: list[RolloutRecord], output: str, summary: str | None, manifest: dict) -> None:
+    with Writer(output) as writer:
+        writer.write_all(records)
+        writer.manifest = manifest
+    if summary:
+        with Writer(summary) as writer:
+            writer.write_all(grouping.summary_rows(records))
+            writer.manifest = manifest
+
+
+@app.command("group")
+def group(
+    inputs: Inputs = None,
+    output: Output = "-",
+    preset: Preset = "paper",
+    tau: Annotated[float | None, typer.Option(help="Unigram F1 a normalised sub-query needs with a cluster's "
+                                                   "first member to join it. Default 0.8 (both presets).")] = None,
+    kmin: Annotated[int | None, typer.Option(help="Smallest ranker cluster that trains. Default 3.")] = None,
+    kmin_strict: Annotated[bool | None, typer.Option(
+        "--kmin-strict/--kmin-inclusive",
+        help="Strict keeps clusters of size > k_min (official code); inclusive keeps size >= k_min (paper). "
+             "Default: the preset's.")] = None,
+    summary: Summary = None,
+    quiet: Quiet = False,
+) -> None:
+    """Form GRPO groups: the G trajectories of a question for the agent, and clusters of similar ranker calls
+    (same question, easy/hard split, greedy sub-query clustering) for the ranker.
+
+    Reads rollout records (several files or globs, e.g. shard outputs) and writes them at stage "grouped" with
+    `groups` filled and every trajectory and ranker call naming its group. Ranker calls from trajectories
+    that failed the agent's format check are left out before clustering. Clusters whose rewards turn out all
+    equal are dropped later, by `cosearch reward`.
+    """
+    config = grouping.resolve_config(preset, tau=tau, kmin=kmin, kmin_strict=kmin_strict)
+    records, reader = read_records(inputs, "rollout", grouping.check_rollout)
+    for record in records:
+        grouping.group_record(record, config)
+    manifest = make_manifest("group", {"preset": preset, **asdict(config)}, inputs=reader.hashes,
+                             upstream=reader.upstream)
+    write_records(records, output, summary, manifest)
+    if not quiet:
+        stderr.print(f"group: {len(records):,} questions, preset {preset} (tau {config.tau}, keep size "
+                     f"{'>' if config.kmin_strict else '>='} {config.kmin})\n{grouping.describe_groups(records)}",
+                     highlight=False, markup=False, soft_wrap=True)
