@@ -158,7 +158,7 @@ def score_record(record: RolloutRecord, config: RewardConfig,
     """Fill scores and rewards of a grouped record; `evidence_f1` maps sample -> verifier F1 when used."""
     answer_f1: dict[int, float] = {}
     for traj in record.trajectories:
-        ev = evidence_f1.get(traj.sample, 0.0) if evidence_f1 is not None else None
+        ev = evidence_f1.get(traj.sample) if evidence_f1 is not None else None
         traj.reward, traj.scores = agent_reward(traj, record.answers, config, ev)
         answer_f1[traj.sample] = traj.scores["f1"]
     excluded = {m for g in record.groups if g.reason in (FORMAT_FAILURE, NOT_TRAINED) for m in g.members}
@@ -211,12 +211,15 @@ def evidence_scores(records: Sequence[RolloutRecord], backend: GenerationBackend
                     batch_size: int = 16) -> list[dict[int, float]]:
     """Per record, sample -> F1 of the verifier's answer from the trajectory's evidence alone (greedy).
 
-    Trajectories without an evidence block score 0 without a verifier call.
+    Trajectories without an evidence block score 0 without a verifier call; those that failed the format
+    check are skipped (their reward is the format penalty whatever the evidence).
     """
     jobs: list[tuple[int, int, str, list[int]]] = []
     out: list[dict[int, float]] = [{} for _ in records]
     for r_index, record in enumerate(records):
         for traj in record.trajectories:
+            if not traj.format_ok:
+                continue
             evidence = extract_evidence(traj)
             out[r_index][traj.sample] = 0.0
             if evidence:
