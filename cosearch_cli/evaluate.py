@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import orjson
 
 from cosearch_cli.artifacts import Row
 from cosearch_cli.errors import InputError, RecordError
@@ -33,7 +34,7 @@ HITS_AT = (1, 3, 5)
 ANSWER_METRICS = ("em", "f1", "subem")
 GROUPS = (("single-hop", SINGLE_HOP), ("multi-hop", MULTI_HOP), ("average", DATASETS))
 # Keys a rollout may record in `sampling` that change what the ranker figures mean.
-_RANKER_PARSE_KEYS = ("ranker_parse", "lenient", "ranker_lenient")
+_RANKER_PARSE_KEYS = ("lenient_ranker", "ranker_parse")
 
 
 def hop_of(dataset: str) -> str:
@@ -76,10 +77,12 @@ def metric_variant(records: Sequence[RolloutRecord], *, yes_no_rule: bool) -> di
         else:
             parse_modes.add("unrecorded")
     rankers = sorted({call.ranker for record in records for call in record.ranker_calls})
+    settings = {orjson.dumps(r.sampling, option=orjson.OPT_SORT_KEYS): r.sampling for r in records}
     return {
         "yes_no_rule": yes_no_rule,
         "ranker_parse": "+".join(sorted(parse_modes)) or "unrecorded",
         "rankers": rankers,
+        "rollout_settings": list(settings.values()),  # the distinct `sampling` dicts the rollouts recorded
     }
 
 

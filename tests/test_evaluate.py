@@ -110,11 +110,14 @@ def test_yes_no_rule_changes_the_score_and_is_named():
 
 
 def test_ranker_parse_mode_is_read_from_the_rollout():
-    lenient = [make_record("a", "nq", ["x"], [("x", 0, True)], sampling={"ranker_parse": "lenient"})]
+    # `cosearch rollout` records RolloutConfig.lenient_ranker in every record's `sampling`.
+    lenient = [make_record("a", "nq", ["x"], [("x", 0, True)], sampling={"lenient_ranker": True, "k": 3})]
     assert evaluate(lenient).variant["ranker_parse"] == "lenient"
+    assert evaluate(lenient).variant["rollout_settings"] == [{"lenient_ranker": True, "k": 3}]
     assert evaluate(hand_run()).variant["ranker_parse"] == "unrecorded"
-    mixed = lenient + [make_record("b", "nq", ["x"], [("x", 0, True)], sampling={"ranker_parse": "strict"})]
+    mixed = lenient + [make_record("b", "nq", ["x"], [("x", 0, True)], sampling={"lenient_ranker": False})]
     assert evaluate(mixed).variant["ranker_parse"] == "lenient+strict"
+    assert "parse lenient+strict" in evaluate(mixed).summary()["variant_name"]
 
 
 # --- paired bootstrap ----------------------------------------------------------------------------------

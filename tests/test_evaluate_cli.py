@@ -76,7 +76,7 @@ def test_comparison(tmp_path):
 
 
 def test_comparison_warns_when_scored_differently(tmp_path):
-    records = [make_record("q", "nq", ["x"], [("x", 0, True)], sampling={"ranker_parse": "lenient"})]
+    records = [make_record("q", "nq", ["x"], [("x", 0, True)], sampling={"lenient_ranker": True})]
     a = write_run(tmp_path / "a.jsonl", records)
     b = write_run(tmp_path / "b.jsonl", [make_record("q", "nq", ["x"], [("x", 0, True)])])
     result = run_cli("evaluate", a, b, "--bootstrap", "10")

@@ -47,6 +47,7 @@ app = typer.Typer(
 # One module per stage; each defines its command(s) on `app` when imported.
 STAGE_MODULES: tuple[str, ...] = (
     "evaluate",
+    "oracle",
     "group",
     "reward",
 )

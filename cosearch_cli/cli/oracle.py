@@ -1,0 +1,240 @@
+"""`cosearch oracle`: the retrieval-bottleneck study (paper Table 1), resumable, with a Markdown + PNG report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cosearch_cli.artifacts import Reader, make_manifest, write_json_atomic
+from cosearch_cli.cli import app
+from cosearch_cli.cli.common import Quiet, Seed, stderr
+from cosearch_cli.cli.evaluate import render, show, write_png, write_summary
+from cosearch_cli.errors import ConfigError, InputError, RecordError
+from cosearch_cli.evaluate import DATASETS
+from cosearch_cli.oracle import (ORACLE, StudyFolder, pending_halves, report_markdown, run_study, study_halves,
+                                 summarize)
+from cosearch_cli.plots import oracle_figure
+from cosearch_cli.records import Question, read_question
+
+
+def read_questions(paths: list[str], per_dataset: int) -> tuple[list[Question], Reader]:
+    """Questions in file order; with per_dataset > 0 only the first that many of each dataset."""
+    reader = Reader.open(paths)
+    questions: list[Question] = []
+    taken: dict[str, int] = {}
+    seen: set[str] = set()
+    for row in reader.rows():
+        question = read_question(row.data, row.path, row.line)
+        if question.dataset not in DATASETS:
+            raise RecordError(f"unknown dataset {question.dataset!r} for question {question.id!r}", path=row.path,
+                              line=row.line, fix=f"dataset must be one of {', '.join(DATASETS)}")
+        if question.id in seen:
+            raise RecordError(f"question {question.id!r} appears twice", path=row.path, line=row.line,
+                              fix="give each question a unique id")
+        seen.add(question.id)
+        if per_dataset and taken.get(question.dataset, 0) >= per_dataset:
+            continue
+        taken[question.dataset] = taken.get(question.dataset, 0) + 1
+        questions.append(question)
+    if not questions:
+        raise InputError("no questions in the input", path=", ".join(paths), fix="pass a question JSONL file")
+    return questions, reader
+
+
+class _Models:
+    """Loads agent, ranker and index on first use, so a finished study reports without loading anything."""
+
+    def __init__(self, agent: str, ranker_model: str, index: str, constrain: str | None):
+        self.names = (agent, ranker_model)
+        self.index_folder = index
+        self.constrain = constrain
+        self._agent = self._ranker = self._index = None
+
+    def index(self):
+        if self._index is None:
+            from cosearch_cli.index import open_index
+
+            self._index = open_index(self.index_folder)
+        return self._index
+
+    def agent(self):
+        if self._agent is None:
+            from cosearch_cli.rollout import load_backend
+
+            self._agent = load_backend(self.names[0])
+        return self._agent
+
+    def ranker(self):
+        if self._ranker is None:
+            from cosearch_cli.rollout import load_backend
+
+            same = self.names[1] == self.names[0]
+            self._ranker = self.agent() if same else load_backend(self.names[1])
+        return self._ranker
+
+    def constraints(self, config, half: str):
+        """Constrained decoding per role (`--constrain`), built for the backend each role runs on."""
+        from cosearch_cli.constrain import make_constraints, parse_roles
+
+        roles = parse_roles(self.constrain, self.names[0])
+        if half != "llm":
+            roles.discard("ranker")
+        agent_c = ranker_c = None
+        if "agent" in roles:
+            made = make_constraints({"agent"}, self.agent().tokenizer, vocab_size=_vocab(self.agent()))
+            agent_c = lambda ctx: made.agent(final=ctx.last_turn)  # noqa: E731
+        if "ranker" in roles:
+            made = make_constraints({"ranker"}, self.ranker().tokenizer, vocab_size=_vocab(self.ranker()))
+            ranker_c = lambda ctx: made.ranker(n=ctx.n_candidates, k=ctx.k)  # noqa: E731
+        return replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
+
+
+def _vocab(backend) -> int | None:
+    model = getattr(backend, "model", None)
+    return getattr(getattr(model, "config", None), "vocab_size", None)
+
+
+@app.command("oracle")
+def oracle_command(
+    questions: Annotated[list[str], typer.Option(
+        "--questions", help="Question JSONL file(s) or quoted globs (the shared data's question shape).")],
+    index: Annotated[str, typer.Option(help="Index folder (from `cosearch index`).")],
+    ranker: Annotated[list[str], typer.Option(
+        help="Standard ranker(s) to compare with the oracle: llm (generative listwise) or none (retriever "
+             "top-K). Repeat to study both; the oracle half is shared.")] = ["llm"],  # noqa: B006
+    agent: Annotated[str, typer.Option(help="Agent model: 'smollm2' (embedded) or a local HF folder.")] = "smollm2",
+    ranker_model: Annotated[str | None, typer.Option(
+        help="Ranker model for --ranker llm (default: the agent's model).")] = None,
+    out: Annotated[str, typer.Option(
+        help="Study folder: rollouts of each half, report.md, oracle.png, summary.json. Rerunning the same "
+             "command continues where it stopped.")] = "runs/oracle-study",
+    per_dataset: Annotated[int, typer.Option(
+        help="Use only the first N questions of each dataset (0: all).")] = 0,
+    preset: Annotated[str, typer.Option(help="Rollout settings preset: cpu (this machine) or paper "
+                                             "(N=50, K=5, T=6).")] = "cpu",
+    n: Annotated[int, typer.Option(help="Trajectories per question; a question scores their mean.")] = 1,
+    greedy: Annotated[bool, typer.Option(
+        "--greedy/--sample", help="Greedy decoding (the papers' evaluation setting) or seeded sampling.")] = True,
+    max_turns: Annotated[int | None, typer.Option(help="Search turns allowed (default: the preset's).")] = None,
+    top_n: Annotated[int | None, typer.Option(
+        help="Candidates the retriever returns per search, N (default: the preset's).")] = None,
+    k: Annotated[int | None, typer.Option(help="Passages shown to the agent, K (default: the preset's).")] = None,
+    retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
+    constrain: Annotated[str, typer.Option(
+        help="Constrained decoding: auto (on for the embedded model), none, or agent,ranker.")] = "auto",
+    lenient_ranker: Annotated[bool, typer.Option(
+        "--lenient-ranker", help="Repair invalid llm rankings instead of falling back to the retriever's "
+                                 "top-K (named in the report).")] = False,
+    yes_no_rule: Annotated[bool, typer.Option("--yes-no-rule", help="Score with HotpotQA's yes/no F1 rule.")] = False,
+    bootstrap: Annotated[int, typer.Option(help="Paired-bootstrap replicates for the oracle-minus-ranker CI.")] = 1000,
+    overwrite: Annotated[bool, typer.Option(help="Recompute the requested halves even if --out holds them.")] = False,
+    output: Annotated[str, typer.Option("--output", "-o", help="Where to write the JSON summary (or -).")] = "-",
+    seed: Seed = 0,
+    quiet: Quiet = False,
+) -> None:
+    """Run the same questions with the standard ranker(s) and with the oracle ranker (answer-bearing candidates
+    promoted to the top K), same agent, settings and seeds; print single-hop / multi-hop / average F1 and the
+    relative gap (the paper's Table 1), and write report.md + oracle.png into --out. Resumable."""
+    from cosearch_cli.rollout import preset as rollout_preset
+    from cosearch_cli.rollout import run_rollouts
+
+    halves = study_halves(ranker)
+    if per_dataset < 0 or bootstrap < 1:
+        raise ConfigError("--per-dataset must be 0 or more and --bootstrap at least 1",
+                          fix="e.g. --per-dataset 30 --bootstrap 1000")
+    ranker_model = ranker_model or agent
+    overrides = {key: value for key, value in dict(max_turns=max_turns, top_n=top_n, k=k).items() if value is not None}
+    config = rollout_preset(preset, n=n, greedy=greedy, seed=seed, retriever=retriever,
+                            lenient_ranker=lenient_ranker, **overrides)
+    qs, reader = read_questions(questions, per_dataset)
+    folder = StudyFolder(Path(out))
+    models = _Models(agent, ranker_model, index, constrain)
+
+    common = {"questions": reader.hashes, "per_dataset": per_dataset, "question_ids": len(qs), "agent": agent,
+              "index": str(Path(index).resolve()), "constrain": constrain, "preset": preset}
+    common |= {key: value for key, value in config.sampling().items() if key not in ("ranker", "constrain")}
+
+    def settings(half: str) -> dict:
+        return common | {"ranker": half} | ({"ranker_model": ranker_model} if half == "llm" else {})
+
+    for half in halves:
+        if overwrite:
+            folder.remove(half)
+        folder.check_settings(half, settings(half))
+
+    def manifest(half: str) -> dict:
+        upstream = [models.index().manifest] if models._index is not None else []
+        return make_manifest("oracle", settings(half), inputs=reader.hashes, seed=seed, upstream=upstream)
+
+    todo = pending_halves(halves, folder)
+    if todo and not quiet:
+        stderr.print(f"oracle study: {len(qs)} questions; to run: {', '.join(todo)}; reusing: "
+                     f"{', '.join(h for h in halves if h not in todo) or 'nothing'}; folder {out}")
+
+    def rollouts(half: str, todo_questions: list[Question]):
+        if not todo_questions:
+            return
+        half_config = models.constraints(replace(config, ranker=half), half)
+        ranker_backend = models.ranker() if half == "llm" else None
+        done_before = len(qs) - len(todo_questions)
+        with _progress(quiet) as bar:
+            task = bar.add_task(f"{half}", total=len(qs), completed=done_before)
+            for record in run_rollouts(todo_questions, agent=models.agent(), ranker_backend=ranker_backend,
+                                       index=models.index(), config=half_config):
+                bar.advance(task)
+                yield record
+
+    records = run_study(qs, halves, folder, rollouts, manifest, time.monotonic)
+    result = summarize(records, yes_no_rule=yes_no_rule, bootstrap=bootstrap, seed=seed)
+    _report(result, folder, halves, settings, reader, seed, out, output, quiet, questions, index, agent)
+
+
+def _progress(quiet: bool):
+    from cosearch_cli.cli.common import progress
+
+    return progress(quiet)
+
+
+_TABLE1_COLUMNS = [("ranker", "dataset"), ("questions", "n"), ("single-hop", "single-hop F1"),
+                   ("multi-hop", "multi-hop F1"), ("average", "average F1"), ("gap average", "rel. gap (avg)"),
+                   ("oracle - this (avg F1)", "oracle - this"), ("ci_low", "95% CI low"), ("ci_high", "95% CI high")]
+
+
+def _report(result, folder: StudyFolder, halves, settings, reader, seed, out, output, quiet, questions, index,
+            agent) -> None:
+    upstream = []
+    for half in halves:
+        sidecar = folder.final(half).with_name(f"{half}.manifest.json")
+        if sidecar.is_file():
+            import orjson
+
+            upstream.append(orjson.loads(sidecar.read_bytes()))
+    options = {"halves": halves, "settings": {h: settings(h) for h in halves}}
+    manifest = make_manifest("oracle", options, inputs=reader.hashes, seed=seed, upstream=upstream)
+    variant = result.evaluations[ORACLE].summary()["variant_name"]
+    rows_by_half = {h: ev.datasets + ev.groups for h, ev in result.evaluations.items()}
+    write_png(str(folder.root / "oracle.png"), oracle_figure(rows_by_half, variant), manifest)
+    seconds = {h: round(folder.seconds.get(h, 0.0), 1) for h in halves}
+    context = [("questions file(s)", ", ".join(f"`{q}`" for q in questions)), ("index", f"`{index}`"),
+               ("agent", f"`{agent}`"), ("halves", ", ".join(halves)),
+               ("rollout wall time per half (s)", ", ".join(f"{h} {s}" for h, s in seconds.items()))]
+    report = report_markdown(result, title="Oracle retrieval study", context=context, figure="oracle.png")
+    (folder.root / "report.md").write_text(report)
+    summary = {"kind": "oracle-study", "variant_name": variant, "table1": result.table,
+               "datasets": {h: ev.datasets + ev.groups for h, ev in result.evaluations.items()},
+               "seconds": seconds, "manifest": manifest}
+    write_json_atomic(folder.root / "summary.json", summary)
+    if not quiet:
+        show(render([r | {"gap average": _pct(r.get("gap average"))} for r in result.table], _TABLE1_COLUMNS,
+                    f"Oracle study (Table 1 shape) - {variant}"))
+        stderr.print(f"report: {Path(out) / 'report.md'}, figure: {Path(out) / 'oracle.png'}")
+    write_summary(output, summary)
+
+
+def _pct(value: float | None) -> str | None:
+    return None if value is None else f"{value:+.1%}"
+
