@@ -50,6 +50,7 @@ STAGE_MODULES: tuple[str, ...] = (
     "oracle",
     "group",
     "reward",
+    "update",
 )
 
 

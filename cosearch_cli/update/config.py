@@ -1,0 +1,71 @@
+"""The update stage's settings: one flat dataclass, defaults from the references (METHOD.md)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from cosearch_cli.errors import ConfigError
+
+ROLES = ("agent", "ranker")
+PARALLEL = ("ddp", "fsdp")
+
+
+@dataclass
+class UpdateConfig:
+    lr: float = 1e-6
+    """AdamW learning rate (references: 1e-6)."""
+    clip_low: float = 0.2
+    """The ratio is clipped below at 1 - clip_low."""
+    clip_high: float = 0.2
+    """The ratio is clipped above at 1 + clip_high (0.28 is the DAPO 'clip higher' setting)."""
+    kl_coef: float = 0.001
+    """Weight of the k3 KL estimate to the frozen reference; 0 skips the reference forward pass."""
+    loss_agg: str = "token-mean"
+    """How per-token losses become one number: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm."""
+    norm_tokens: int | None = None
+    """Divisor for seq-mean-token-sum-norm; None uses the most trained tokens of any sequence in the batch."""
+    token_budget: int = 2048
+    """Padded tokens per micro-batch (rows x longest row); gradients accumulate over micro-batches."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this (0 turns clipping off; the norm is still reported)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    lora_r: int = 0
+    """LoRA rank through peft; 0 trains all weights."""
+    lora_alpha: int = 0
+    """LoRA alpha; 0 means 2 x lora_r."""
+    grad_checkpointing: bool = False
+    """Recompute activations in the backward pass: about 25% slower, much less memory."""
+    parallel: str = "ddp"
+    """Under torchrun: ddp (every process holds the whole model) or fsdp (parameters sharded)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)
+        from cosearch_cli.update.losses import LOSS_AGG
+
+        if self.loss_agg not in LOSS_AGG:
+            raise ConfigError(f"unknown loss aggregation {self.loss_agg!r}",
+                              fix=f"use one of {', '.join(LOSS_AGG)}")
+        if self.parallel not in PARALLEL:
+            raise ConfigError(f"unknown parallel mode {self.parallel!r}", fix=f"use one of {', '.join(PARALLEL)}")
+        checks = [
+            (self.lr > 0, "lr must be > 0"),
+            (0 <= self.clip_low < 1, "clip-low must be in [0, 1)"),
+            (self.clip_high >= 0, "clip-high must be >= 0"),
+            (self.kl_coef >= 0, "kl-coef must be >= 0"),
+            (self.token_budget > 0, "token-budget must be > 0"),
+            (self.max_grad_norm >= 0, "max-grad-norm must be >= 0"),
+            (self.lora_r >= 0, "lora rank must be >= 0"),
+            (self.norm_tokens is None or self.norm_tokens > 0, "norm-tokens must be > 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message, fix="see `cosearch update --help` for the allowed values")
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,120 @@
+"""Running one update over several processes started by torchrun.
+
+Every process reads the whole batch, so batch-wide divisors need no communication; each takes every
+world-th sequence of the length-sorted list (balanced work), and gradients are averaged by DDP (gloo on CPU,
+NCCL on GPU) or reduce-scattered by FSDP. Losses are scaled by the world size so the average is the sum.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import weakref
+
+import torch
+import torch.distributed as dist
+
+_FSDP_DONE: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def init_from_env() -> None:
+    """Join the process group torchrun describes in the environment; a single process does nothing."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl")
+    else:
+        dist.init_process_group("gloo")
+
+
+def rank_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def is_main() -> bool:
+    return rank_world()[0] == 0
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    if rank_world()[1] > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def barrier() -> None:
+    if rank_world()[1] > 1:
+        dist.barrier()
+
+
+def wrap(model, parallel: str):
+    """The module to run forward/backward through: the model itself, a DDP wrapper, or the sharded model."""
+    if rank_world()[1] == 1:
+        return model
+    if parallel == "fsdp":
+        return shard_fsdp(model)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    device_ids = [torch.cuda.current_device()] if next(model.parameters()).is_cuda else None
+    return DDP(model, device_ids=device_ids)
+
+
+def shard_fsdp(model):
+    """FSDP2: shard every decoder layer, then the rest; done once per model object."""
+    if model in _FSDP_DONE:
+        return model
+    from torch.distributed.fsdp import fully_shard
+
+    layers = getattr(model.get_decoder(), "layers", [])
+    for layer in layers:
+        fully_shard(layer)
+    fully_shard(model)
+    _FSDP_DONE.add(model)
+    return model
+
+
+@contextlib.contextmanager
+def grad_sync(module, sync: bool):
+    """Skip the gradient all-reduce on all but the last micro-batch of an accumulation."""
+    if hasattr(module, "no_sync") and not sync:
+        with module.no_sync():
+            yield
+    elif hasattr(module, "set_requires_gradient_sync"):
+        module.set_requires_gradient_sync(sync)
+        yield
+    else:
+        yield
+
+
+def is_sharded(model) -> bool:
+    return model in _FSDP_DONE
+
+
+def full_state_dict(model) -> dict:
+    """The whole model's weights on CPU (a collective under FSDP: every rank must call it)."""
+    if not is_sharded(model):
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def full_optimizer_state(model, optimizer) -> dict:
+    if not is_sharded(model):
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer,
+                                    options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_optimizer_state(model, optimizer, state: dict) -> None:
+    if not is_sharded(model):
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, optimizer, state,
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=False))

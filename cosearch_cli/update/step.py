@@ -1,0 +1,147 @@
+"""One GRPO update: micro-batches, gradient accumulation, clipping, AdamW, and a guard for non-finite steps.
+
+Reads top to bottom in the order it runs. `run_update` takes model objects, so a training loop keeps its
+models and optimiser in memory across iterations; the CLI is one call of it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from cosearch_cli.errors import ConfigError, NothingToDo
+from cosearch_cli.records import RolloutRecord
+from cosearch_cli.update import distributed
+from cosearch_cli.update.batch import (MicroBatch, Norms, TrainSeq, batch_norms, check_vocab, collate,
+                                       plan_micro_batches, training_sequences)
+from cosearch_cli.update.config import ROLES, UpdateConfig
+from cosearch_cli.update.logprobs import token_logprobs
+from cosearch_cli.update.losses import LOSS_AGG, grpo_token_terms
+
+# Sums gathered over micro-batches and processes; the metrics are ratios of them.
+_SUMS = ("loss", "pg_loss", "kl", "clipped", "entropy", "ratio", "tokens", "real_tokens", "padded_tokens")
+
+
+@dataclass
+class UpdateResult:
+    metrics: dict
+    optimizer: torch.optim.Optimizer
+    skipped: bool
+
+
+def make_optimizer(model, config: UpdateConfig, state: dict | None = None) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters; `state` (from a checkpoint) resumes it exactly."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, eps=config.eps,
+                                  weight_decay=config.weight_decay)
+    if state is not None:
+        distributed.load_optimizer_state(model, optimizer, state)
+        for group in optimizer.param_groups:  # the options of this run win over the saved ones
+            group.update(lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay)
+    return optimizer
+
+
+def local_micro_batches(seqs: list[TrainSeq], config: UpdateConfig, pad_id: int = 0) -> list[MicroBatch]:
+    """This process's share of the batch, as micro-batches; a rank with no share gets a zero-weight one."""
+    rank, world = distributed.rank_world()
+    ordered = sorted(seqs, key=lambda s: (-len(s.token_ids), s.key))
+    mine = ordered[rank::world]
+    if not mine:  # keeps the collectives of all ranks in step; contributes nothing
+        return [collate(ordered[-1:], pad_id, weight=0.0)]
+    return [collate(plan, pad_id) for plan in plan_micro_batches(mine, config.token_budget)]
+
+
+def accumulate_gradients(policy, ref_model, batches: list[MicroBatch], config: UpdateConfig,
+                         norms: Norms) -> dict[str, float]:
+    """Forward and backward over the micro-batches; returns batch-wide sums (all processes) for metrics."""
+    aggregate = LOSS_AGG[config.loss_agg]
+    world = distributed.rank_world()[1]
+    sums = torch.zeros(len(_SUMS), dtype=torch.float64)
+    for i, mb in enumerate(batches):
+        with distributed.grad_sync(policy, sync=i == len(batches) - 1):
+            logp, entropy = token_logprobs(policy, mb, with_entropy=True)
+            ref_logp = None
+            if config.kl_coef > 0:
+                with torch.no_grad():
+                    ref_logp, _ = token_logprobs(ref_model, mb)
+            terms = grpo_token_terms(logp, mb.old_logprobs, mb.advantages, ref_logp, clip_low=config.clip_low,
+                                     clip_high=config.clip_high, kl_coef=config.kl_coef)
+            share = aggregate(terms.loss, mb.seq_tokens, norms) * mb.weight
+            (share * world).backward()  # DDP/FSDP average over ranks; scaling makes that the sum
+        with torch.no_grad():
+            w = mb.weight
+            sums += torch.tensor([
+                share.item(), w * terms.pg_loss.sum().item(),
+                w * terms.kl.sum().item() if terms.kl is not None else 0.0,
+                w * terms.clipped.sum().item(), w * entropy.sum().item(), w * terms.ratio.sum().item(),
+                w * len(logp), w * mb.real_tokens, w * mb.padded_tokens], dtype=torch.float64)
+    distributed.all_reduce_sum(sums)
+    return dict(zip(_SUMS, sums.tolist()))
+
+
+def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=None, config: UpdateConfig,
+               optimizer: torch.optim.Optimizer | None = None, optimizer_state: dict | None = None,
+               pad_id: int = 0) -> UpdateResult:
+    """One optimiser step of GRPO on every trainable sequence of `role` in `records`."""
+    assert role in ROLES, f"role must be one of {ROLES}, got {role!r}"
+    started = time.perf_counter()
+    seqs = training_sequences(records, role)
+    if not seqs:
+        raise NothingToDo(f"no trainable {role} sequences: no kept {role} group has a non-zero advantage",
+                          fix="check the reward stage's output (groups[].kept, advantages); nothing was written")
+    check_vocab(seqs, model.get_input_embeddings().num_embeddings)
+    use_ref = config.kl_coef > 0
+    if use_ref and ref_model is None:
+        raise ConfigError("kl-coef > 0 needs a reference model", fix="pass --ref, or --kl-coef 0")
+    norms = batch_norms(seqs, config.norm_tokens)
+    world = distributed.rank_world()[1]
+    batches = local_micro_batches(seqs, config, pad_id)
+
+    policy = distributed.wrap(model, config.parallel)
+    if optimizer is None:
+        optimizer = make_optimizer(model, config, optimizer_state)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    # Dropout stays off (eval mode) so the first ratio is exactly 1; checkpointing only runs in train mode.
+    was_training = model.training
+    model.train(config.grad_checkpointing)
+    optimizer.zero_grad(set_to_none=True)
+
+    total = accumulate_gradients(policy, ref_model, batches, config, norms)
+
+    max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    finite = math.isfinite(total["loss"]) and math.isfinite(grad_norm)
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)  # a skipped step leaves weights and optimiser state untouched
+    model.train(was_training)
+
+    seconds = time.perf_counter() - started
+    tokens = total["tokens"]
+    metrics = {
+        "role": role,
+        "loss": total["loss"],
+        "pg_loss": total["pg_loss"] / tokens,
+        "kl": total["kl"] / tokens if use_ref else None,
+        "clip_frac": total["clipped"] / tokens,
+        "entropy": total["entropy"] / tokens,
+        "ratio": total["ratio"] / tokens,
+        "grad_norm": grad_norm,
+        "skipped": not finite,
+        "skip_reason": None if finite else ("non-finite loss" if not math.isfinite(total["loss"])
+                                            else "non-finite gradient norm"),
+        "sequences": norms.seqs,
+        "tokens": int(tokens),
+        "real_tokens": int(total["real_tokens"]),
+        "padded_tokens": int(total["padded_tokens"]),
+        "padding_share": 1 - total["real_tokens"] / total["padded_tokens"],
+        "micro_batches": len(batches),
+        "world_size": world,
+        "seconds": seconds,
+        "tokens_per_s": total["real_tokens"] / seconds,
+    }
+    return UpdateResult(metrics, optimizer, not finite)
