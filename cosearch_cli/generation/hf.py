@@ -7,7 +7,7 @@ depends on what else is in the batch), and it can neither record log-probs befor
 nor ask a per-row constraint object which tokens are allowed.
 
 One step of the loop, per row: logits / temperature -> log_softmax (recorded) -> constraint mask -> top-p ->
-one uniform draw from the row's own generator -> inverse-CDF pick. Rows that finish leave the batch (their
+Gumbel noise from the row's own generator -> argmax. Rows that finish leave the batch (their
 cache rows are dropped), so a batch costs what its longest live rows cost.
 """
 
@@ -144,17 +144,17 @@ class HFBackend:
             mask = request.constraint.allowed(generated[slot])
             if mask is not None:
                 scores[slot] = scores[slot].masked_fill(~_fit_mask(mask, scores.shape[-1]), float("-inf"))
-        if settings.greedy:
-            tokens = scores.argmax(dim=-1)
-        else:
-            probs = torch.softmax(scores, dim=-1)
+        if not settings.greedy:
             if settings.top_p < 1.0:
-                probs = _top_p(probs, settings.top_p)
-            cdf = probs.cumsum(dim=-1)
-            draws = torch.stack([torch.rand((), generator=g) for g in generators]).view(-1, 1)
-            # right=True: a zero-probability token never owns a step of the CDF, so it is never picked.
-            tokens = torch.searchsorted(cdf, draws * cdf[:, -1:], right=True).view(-1)
-            tokens = tokens.clamp(max=probs.shape[-1] - 1)
+                scores = _top_p(scores, settings.top_p)
+            # Gumbel-max with each row's own noise: the pick moves only if two perturbed scores tie within
+            # float error, so batch-dependent rounding almost never changes a sample (an inverse-CDF draw over
+            # 50k near-equal probabilities would flip often).
+            noise = torch.empty_like(scores)
+            for slot, generator in enumerate(generators):
+                torch.rand(scores.shape[-1], generator=generator, out=noise[slot])
+            scores = scores - torch.log(-torch.log(noise.clamp_(min=1e-20, max=1 - 1e-7)))
+        tokens = scores.argmax(dim=-1)
         chosen = recorded.gather(1, tokens.view(-1, 1)).view(-1)
         return tokens.tolist(), chosen.tolist()
 
@@ -171,12 +171,12 @@ class HFBackend:
         return None
 
 
-def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero the tail of each row outside the smallest set whose mass reaches top_p (the top token stays)."""
-    sorted_probs, sorted_idx = probs.sort(dim=-1, descending=True)
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    sorted_probs = sorted_probs.masked_fill(mass_before > top_p * sorted_probs.sum(-1, keepdim=True), 0.0)
-    return torch.zeros_like(probs).scatter(-1, sorted_idx, sorted_probs)
+def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Log-probs with -inf outside each row's smallest top set whose mass reaches top_p (the top token stays)."""
+    sorted_scores, sorted_idx = scores.sort(dim=-1, descending=True)
+    probs = torch.softmax(sorted_scores, dim=-1)
+    outside = (probs.cumsum(dim=-1) - probs) > top_p
+    return scores.scatter(-1, sorted_idx, sorted_scores.masked_fill(outside, float("-inf")))
 
 
 def _fit_mask(mask, vocab: int) -> torch.Tensor:
