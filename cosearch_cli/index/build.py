@@ -35,12 +35,14 @@ Progress = Callable[[str, int], None]
 
 def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool = True, dense: str | None = None,
                 dense_index: str | Sequence[str] = "flat", overwrite: bool = False, batch_size: int = 64,
-                cache_embeddings: bool = True, options: dict | None = None,
+                cache_embeddings: bool = True, embeddings=None, options: dict | None = None,
                 on_progress: Progress | None = None) -> dict:
     """Index `passages` into `folder` (BM25 and/or dense with encoder `dense`); returns the manifest.
 
     `passages` may be a `Corpus` (then errors name its files and lines) or any iterable of Passages.
     `dense_index`: one FAISS type or several ("flat", "hnsw", "ivfpq"), each stored as dense/<type>.faiss.
+    `embeddings`: precomputed passage vectors in corpus order (e.g. the fixture's shipped MiniLM vectors);
+    otherwise they come from the embedding cache or are encoded (and cached).
     """
     folder = Path(folder)
     types = [dense_index] if isinstance(dense_index, str) else list(dense_index)
@@ -61,7 +63,7 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        manifest = _build(passages, tmp, bm25=bm25, encoder=encoder, types=types,
+        manifest = _build(passages, tmp, bm25=bm25, encoder=encoder, types=types, embeddings=embeddings,
                           cache_embeddings=cache_embeddings, options=options or {}, on_progress=on_progress)
         _replace_folder(tmp, folder)
     finally:
@@ -69,7 +71,8 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
     return manifest
 
 
-def _build(passages, tmp: Path, *, bm25: bool, encoder, types, cache_embeddings, options, on_progress) -> dict:
+def _build(passages, tmp: Path, *, bm25: bool, encoder, types, embeddings, cache_embeddings, options,
+           on_progress) -> dict:
     import hashlib
 
     writer = DocStoreWriter(tmp)
@@ -98,8 +101,13 @@ def _build(passages, tmp: Path, *, bm25: bool, encoder, types, cache_embeddings,
         settings["bm25"] = {"backend": "bm25s", "k1": bm25_mod.K1, "b": bm25_mod.B, "method": "lucene",
                             "stopwords": bm25_mod.STOPWORDS, "stemmer": None}
     if encoder is not None:
-        vectors = dense_mod.load_cached_embeddings(encoder.name, corpus_sha, len(store)) \
-            if cache_embeddings else None
+        vectors = embeddings
+        if vectors is not None and tuple(vectors.shape) != (len(store), encoder.dim):
+            from cosearch_cli.errors import ConfigError
+            raise ConfigError(f"precomputed embeddings have shape {tuple(vectors.shape)}, the corpus needs "
+                              f"{(len(store), encoder.dim)}", fix="encode this corpus with this encoder")
+        if vectors is None and cache_embeddings:
+            vectors = dense_mod.load_cached_embeddings(encoder.name, corpus_sha, len(store))
         if vectors is None:
             vectors = dense_mod.encode_corpus(encoder, iter(store),
                                               on_progress=(lambda n: on_progress("encode", n)) if on_progress

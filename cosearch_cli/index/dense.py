@@ -49,8 +49,10 @@ class HFEncoder:
     def __init__(self, name: str, *, prefixes: bool | None = None, batch_size: int = 64,
                  max_length: int | None = None, device: str = "cpu"):
         import torch
+        import transformers
         from transformers import AutoModel, AutoTokenizer
 
+        transformers.utils.logging.disable_progress_bar()  # stderr carries our own progress bars
         self.name = name
         self.folder = resolve_encoder(name)
         self.prefixes = (name != EMBEDDED_ENCODER) if prefixes is None else prefixes
