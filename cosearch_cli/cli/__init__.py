@@ -46,6 +46,8 @@ app = typer.Typer(
 
 # One module per stage; each defines its command(s) on `app` when imported.
 STAGE_MODULES: tuple[str, ...] = (
+    "index",
+    "search",
     "evaluate",
     "oracle",
     "group",
