@@ -190,6 +190,20 @@ def group_record(record: RolloutRecord, config: GroupConfig) -> RolloutRecord:
     return record
 
 
+def chosen_indices(call: RankerCall) -> list[int] | None:
+    """Candidate index of each passage shown, in order; None if one is not among the candidates."""
+    ids = call.candidate_ids
+    perm = call.permutation
+    if len(perm) == len(call.chosen_ids) and all(0 <= i < len(ids) for i in perm) \
+            and [ids[i] for i in perm] == call.chosen_ids:
+        return perm  # the usual case, without building an index of all N candidates
+    index = {cid: i for i, cid in enumerate(ids)}
+    try:
+        return [index[cid] for cid in call.chosen_ids]
+    except KeyError:
+        return None
+
+
 def check_rollout(record: RolloutRecord, path: str, line: int) -> None:
     """The invariants grouping and rewards rely on, reported with the record's file and line."""
     samples = [t.sample for t in record.trajectories]
@@ -214,7 +228,7 @@ def check_rollout(record: RolloutRecord, path: str, line: int) -> None:
             raise RecordError(f"{where} has {len(call.candidate_has_answer)} candidate_has_answer flags for "
                               f"{len(call.candidate_ids)} candidates", path=path, line=line,
                               fix="regenerate this file with `cosearch rollout`")
-        if call.valid and not set(call.chosen_ids) <= set(call.candidate_ids):
+        if call.valid and chosen_indices(call) is None:
             raise RecordError(f"{where} chose a passage that is not among its candidates", path=path,
                               line=line, fix="regenerate this file with `cosearch rollout`")
 

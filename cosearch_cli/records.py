@@ -13,7 +13,7 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 from cosearch_cli.errors import RecordError
 
@@ -169,23 +169,44 @@ def _field_specs(cls: type) -> tuple[tuple[str, Any, bool], ...]:
     return tuple(specs)
 
 
-def _type_ok(value: Any, hint: Any) -> bool:
+@cache
+def _type_check(hint: Any) -> Callable[[Any], bool]:
+    """A fast `isinstance`-style check for one type hint, built once per hint (reading is per field)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, arg) for arg in typing.get_args(hint))
+        checks = tuple(_type_check(arg) for arg in typing.get_args(hint))
+        return lambda value: any(check(value) for check in checks)
     if hint is type(None):
-        return value is None
+        return lambda value: value is None
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return lambda value: isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return lambda value: isinstance(value, int) and not isinstance(value, bool)
     if hint is Any:
-        return True
+        return lambda value: True
     if origin is not None:
-        return isinstance(value, origin)
+        return lambda value: isinstance(value, origin)
     if is_dataclass(hint):
-        return isinstance(value, dict)
-    return isinstance(value, hint)
+        return lambda value: isinstance(value, dict)
+    return lambda value: isinstance(value, hint)
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    return _type_check(hint)(value)
+
+
+@cache
+def _read_plan(cls: type) -> tuple[tuple[str, Any, bool, Callable[[Any], bool], type | None, type | None], ...]:
+    """Per field: name, hint, required, type check, nested record class, record class of list items."""
+    plan = []
+    for name, hint, required in _field_specs(cls):
+        nested = hint if is_dataclass(hint) else None
+        items = None
+        if typing.get_origin(hint) is list:
+            (inner,) = typing.get_args(hint) or (Any,)
+            items = inner if is_dataclass(inner) else None
+        plan.append((name, hint, required, _type_check(hint), nested, items))
+    return tuple(plan)
 
 
 def _type_name(hint: Any) -> str:
@@ -196,35 +217,31 @@ def from_dict(cls: type[T], data: dict, *, path: str = "<record>", line: int | N
               context: str = "") -> T:
     """Build `cls` from a dict, checking required fields and types, converting nested records."""
     kwargs = {}
-    for name, hint, required in _field_specs(cls):
+    for name, hint, required, check, nested, items in _read_plan(cls):
         if name not in data:
             if required:
                 raise RecordError(f"{context}missing field {name!r} for a {cls.__name__} record", path=path,
                                   line=line, fix=_fix_for(cls))
             continue
         value = data[name]
-        if not _type_ok(value, hint):
+        if not check(value):
             raise RecordError(f"{context}field {name!r} should be {_type_name(hint)}, got "
                               f"{type(value).__name__}", path=path, line=line, fix=_fix_for(cls))
-        kwargs[name] = _convert(value, hint, path, line, f"{context}{name}.")
+        if items is not None:
+            value = _convert_list(value, items, path, line, f"{context}{name}.")
+        elif nested is not None:
+            value = from_dict(nested, value, path=path, line=line, context=f"{context}{name}.")
+        kwargs[name] = value
     return cls(**kwargs)
 
 
-def _convert(value: Any, hint: Any, path: str, line: int | None, context: str) -> Any:
-    origin = typing.get_origin(hint)
-    if origin is list:
-        (inner,) = typing.get_args(hint) or (Any,)
-        if is_dataclass(inner):
-            out = []
-            for i, item in enumerate(value):
-                if not isinstance(item, dict):
-                    raise RecordError(f"{context}[{i}] should be an object", path=path, line=line,
-                                      fix=_fix_for(inner))
-                out.append(from_dict(inner, item, path=path, line=line, context=f"{context[:-1]}[{i}]."))
-            return out
-    if is_dataclass(hint) and isinstance(value, dict):
-        return from_dict(hint, value, path=path, line=line, context=context)
-    return value
+def _convert_list(value: list, inner: type, path: str, line: int | None, context: str) -> list:
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise RecordError(f"{context}[{i}] should be an object", path=path, line=line, fix=_fix_for(inner))
+        out.append(from_dict(inner, item, path=path, line=line, context=f"{context[:-1]}[{i}]."))
+    return out
 
 
 def _fix_for(cls: type) -> str:

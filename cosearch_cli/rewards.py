@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from cosearch_cli.errors import ConfigError
 from cosearch_cli.generation.base import GenerationBackend, GenerationRequest, SamplingSettings
-from cosearch_cli.grouping import FORMAT_FAILURE, NOT_TRAINED
+from cosearch_cli.grouping import FORMAT_FAILURE, NOT_TRAINED, chosen_indices
 from cosearch_cli.metrics import answer_scores, token_f1
 from cosearch_cli.records import RankerCall, RolloutRecord, Trajectory
 
@@ -112,8 +112,7 @@ def main_reward(answer_f1: float, config: RewardConfig) -> float:
 
 def chosen_gains(call: RankerCall) -> list[bool]:
     """candidate_has_answer of the passages the agent was shown, in the order shown (ids checked on read)."""
-    index = {cid: i for i, cid in enumerate(call.candidate_ids)}
-    return [call.candidate_has_answer[index[cid]] for cid in call.chosen_ids]
+    return [call.candidate_has_answer[i] for i in chosen_indices(call)]
 
 
 def ranker_reward(gains: Sequence[bool], n_relevant: int, valid: bool, answer_f1: float,

@@ -41,6 +41,9 @@ def test_chosen_gains_follow_the_order_shown():
     assert rewards.chosen_gains(call) == [True, False, False, False, False]
     call = make_call("q", 0, 0, "x", has=(3,), perm=(5, 0, 1, 2, 4))  # the answer-bearing one not shown
     assert rewards.chosen_gains(call) == [False] * 5
+    call = make_call("q", 0, 0, "x", has=(3,), perm=(3, 0, 1, 2, 4))
+    call.permutation = []  # without a usable permutation the chosen ids are looked up
+    assert rewards.chosen_gains(call) == [True, False, False, False, False]
 
 
 # --- composite reward: every branch -----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import asdict
 from typing import Annotated, Literal
 
@@ -25,18 +26,30 @@ def read_records(inputs: list[str], min_stage: str, check) -> tuple[list[Rollout
     """Every record of the inputs, checked; refuses a question that appears twice (e.g. overlapping shards)."""
     reader = Reader.open(inputs or ["-"])
     records, first_seen = [], {}
-    for row in reader.rows():
-        record = read_rollout(row.data, row.path, row.line, min_stage=min_stage)
-        if record.question_id in first_seen:
-            raise RecordError(f"question {record.question_id!r} appears twice (first at "
-                              f"{first_seen[record.question_id]})", path=row.path, line=row.line,
-                              fix="pass each question's rollouts once: shards must not overlap")
-        first_seen[record.question_id] = f"{row.path}:{row.line}"
-        check(record, row.path, row.line)
-        records.append(record)
+    # Records are acyclic, yet building millions of small objects keeps triggering full collections that
+    # rescan everything read so far (measured: 3x slower reads). Collect never while reading, then freeze
+    # what was read so later collections skip it.
+    gc.disable()
+    try:
+        for row in reader.rows():
+            records.append(_read_one(row, min_stage, check, first_seen))
+    finally:
+        gc.freeze()
+        gc.enable()
     if not records:
         raise NothingToDo("the input holds no rollout records", fix="check the upstream stage's output")
     return records, reader
+
+
+def _read_one(row, min_stage: str, check, first_seen: dict) -> RolloutRecord:
+    record = read_rollout(row.data, row.path, row.line, min_stage=min_stage)
+    if record.question_id in first_seen:
+        raise RecordError(f"question {record.question_id!r} appears twice (first at "
+                          f"{first_seen[record.question_id]})", path=row.path, line=row.line,
+                          fix="pass each question's rollouts once: shards must not overlap")
+    first_seen[record.question_id] = f"{row.path}:{row.line}"
+    check(record, row.path, row.line)
+    return record
 
 
 def write_records(records: list[RolloutRecord], output: str, summary: str | None, manifest: dict) -> None:
