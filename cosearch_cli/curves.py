@@ -1,0 +1,49 @@
+"""Training curves of a run (training reward, ranker Hit@K, search turns, dev F1) as one PNG."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+PANELS = (
+    ("train_reward", "training reward (agent)"),
+    ("ranker_hit_at_k", "ranker Hit@K of observations"),
+    ("search_turns", "search turns per trajectory"),
+    ("dev_f1", "dev F1 (greedy)"),
+)
+
+
+def training_curves(rows: Sequence[dict], path: str | Path, *, title: str = "") -> Path:
+    """Draw each metric of one run against the iteration (-1 = before training)."""
+    return compare_curves({title or "run": rows}, path, title=title)
+
+
+def compare_curves(runs: dict[str, Sequence[dict]], path: str | Path, *, title: str = "") -> Path:
+    """Several runs' curves on shared axes (the preset comparison); missing values are skipped."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2))
+    for ax, (key, label) in zip(axes, PANELS):
+        for name, rows in runs.items():
+            points = [(r["iteration"], r[key]) for r in rows if r.get(key) is not None]
+            if points:
+                xs, ys = zip(*sorted(points))
+                ax.plot(xs, ys, marker="o", label=name)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    if len(runs) > 1:
+        axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

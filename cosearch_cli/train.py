@@ -1,0 +1,613 @@
+"""The joint training loop: iterations of rollout -> group -> reward -> update (agent, ranker) -> evaluation.
+
+Every step calls the same stage functions as the CLI and leaves its artifact under
+`<out>/<name>/iter-NNNN/`. A step is done exactly when its artifact exists (artifacts are written atomically),
+so a run that is killed and started again continues from the last finished step. Every iteration loads its
+models from the previous iteration's checkpoint folders, which makes a resumed run produce the same result
+as an uninterrupted one with the same seed.
+
+Layout of a run folder:
+    config.toml                 the resolved configuration (a rerun must match it)
+    eval-init/                  evaluation of the untrained models (rollouts.jsonl, summary.json)
+    iter-0000/rollouts.jsonl    training rollouts of this iteration's questions
+              grouped.jsonl     after `group`
+              scored.jsonl      after `reward`
+              agent/ ranker/    checkpoints (or agent.skipped.json when nothing was trainable)
+              eval/             dev evaluation after this iteration's updates
+              metrics.json      one row of the metrics log
+    metrics.parquet             all iterations' rows; curves.png draws them
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import tomllib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+import orjson
+
+from cosearch_cli import advantages, grouping, rewards
+from cosearch_cli.artifacts import Reader, Writer, make_manifest, write_json_atomic
+from cosearch_cli.errors import ConfigError, NothingToDo
+from cosearch_cli.records import Question, RolloutRecord, read_question, read_rollout
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class TrainConfig:
+    """One flat set of options for a training run; every field can be set in the TOML file."""
+
+    name: str = "demo"
+    """Run name: artifacts go to <out>/<name>/."""
+    out: str = "runs"
+    """Folder holding run folders."""
+    questions: str = "fixtures/train.jsonl"
+    """Training questions (JSONL)."""
+    dev_questions: str = "fixtures/dev.jsonl"
+    """Evaluation questions, never trained on."""
+    corpus: str = "fixtures/corpus.jsonl"
+    """Corpus to index when `index` does not exist yet."""
+    index: str = "indexes/fixture"
+    """Retrieval index folder (built from `corpus` if missing)."""
+    agent: str = "smollm2"
+    """Initial agent model: 'smollm2' (embedded) or a local Hugging Face folder."""
+    ranker_model: str = "smollm2"
+    """Initial ranker model (used when ranker = 'llm')."""
+    ranker: str = "llm"
+    """'llm' (generative listwise ranker) or 'none' (retriever top-K, Search-R1)."""
+    train_agent: bool = True
+    """Update the agent each iteration."""
+    train_ranker: bool = True
+    """Update the ranker each iteration (needs ranker = 'llm')."""
+    constrain: str = "auto"
+    """Constrained decoding roles: auto (on for the embedded model), none, agent, ranker, agent,ranker."""
+    iterations: int = 2
+    """Training iterations (one GRPO step per trained model each)."""
+    questions_per_iteration: int = 4
+    """Training questions rolled out per iteration."""
+    n: int = 4
+    """G: rollouts per question (one agent group)."""
+    max_turns: int = 2
+    """T: search turns per trajectory."""
+    top_n: int = 10
+    """N: retriever candidates given to the ranker."""
+    k: int = 3
+    """K: passages the ranker shows the agent."""
+    max_new_tokens: int = 64
+    """Agent tokens per turn."""
+    temperature: float = 1.0
+    """Sampling temperature of training rollouts."""
+    group_preset: str = "paper"
+    """Grouping preset: paper (size >= kmin) or official (size > kmin)."""
+    kmin: int = 3
+    """Smallest ranker cluster that trains."""
+    tau: float = 0.8
+    """Unigram-F1 threshold for clustering sub-queries."""
+    reward_preset: str = "paper"
+    """Reward preset: paper (gamma 0.5, r_main F1) or official (gamma 0.8, binarised r_main)."""
+    lr: float = 1e-6
+    """AdamW learning rate of both models."""
+    kl_coef: float = 0.001
+    """k3 KL weight to the frozen initial model (0 skips the reference forward pass)."""
+    token_budget: int = 2048
+    """Padded tokens per update micro-batch."""
+    eval_every: int = 1
+    """Evaluate on dev questions every this many iterations (0: only at the end)."""
+    eval_limit: int = 24
+    """Dev questions per evaluation (0: all)."""
+    eval_init: bool = True
+    """Evaluate the untrained models first."""
+    seed: int = 0
+    """Seed of question order, sampling and updates."""
+
+    def check(self) -> "TrainConfig":
+        problems = []
+        if self.ranker not in ("llm", "none"):
+            problems.append(("ranker", f"must be 'llm' or 'none', not {self.ranker!r}"))
+        if self.train_ranker and self.ranker != "llm":
+            problems.append(("train_ranker", "needs ranker = 'llm' (there is no ranker model to train)"))
+        for key in ("iterations", "questions_per_iteration", "n", "top_n", "k", "max_new_tokens", "kmin",
+                    "token_budget"):
+            if getattr(self, key) < 1:
+                problems.append((key, f"must be at least 1, got {getattr(self, key)}"))
+        if self.max_turns < 1:
+            problems.append(("max_turns", f"must be at least 1, got {self.max_turns}"))
+        if self.k > self.top_n:
+            problems.append(("k", f"({self.k}) cannot exceed top_n ({self.top_n})"))
+        if self.n < 2 and self.train_agent:
+            problems.append(("n", "must be at least 2: a GRPO group of one rollout carries no signal"))
+        largest_cluster = self.n * self.max_turns
+        if self.train_ranker and self.kmin > largest_cluster:
+            problems.append(("kmin", f"({self.kmin}) is larger than the most ranker calls one question can make "
+                                     f"(n x max_turns = {largest_cluster}), so no ranker group could ever train"))
+        if not 0 < self.tau <= 1:
+            problems.append(("tau", f"must be in (0, 1], got {self.tau}"))
+        if self.lr <= 0 or self.kl_coef < 0 or self.temperature <= 0:
+            problems.append(("lr/kl_coef/temperature", "lr and temperature must be > 0, kl_coef >= 0"))
+        if self.eval_every < 0 or self.eval_limit < 0:
+            problems.append(("eval_every/eval_limit", "must be >= 0"))
+        if self.group_preset not in grouping.PRESETS:
+            problems.append(("group_preset", f"must be one of {', '.join(grouping.PRESETS)}"))
+        if self.reward_preset not in rewards.PRESETS:
+            problems.append(("reward_preset", f"must be one of {', '.join(rewards.PRESETS)}"))
+        if problems:
+            key, message = problems[0]
+            more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+            raise ConfigError(f"config key {key!r} {message}{more}", fix="fix the value in the config or options")
+        return self
+
+
+# The three comparison presets share every setting but what the paper varies, so they cost the same compute.
+_CPU_BASE: dict = {}
+PRESETS: dict[str, dict] = {
+    "demo": dict(name="demo", iterations=2, questions_per_iteration=4, n=4, eval_limit=16, lr=1e-5, kl_coef=0.0),
+    "search-r1": dict(name="search-r1", ranker="none", train_ranker=False),
+    "fixed-ranker": dict(name="fixed-ranker", ranker="llm", train_ranker=False),
+    "cosearch": dict(name="cosearch", ranker="llm", train_ranker=True),
+    # The paper's setting (7B agent and ranker, G=8, N=50, K=5, T=6); needs GPUs and the vLLM backend.
+    "paper-7b": dict(name="paper-7b", agent="Qwen/Qwen2.5-7B-Instruct", ranker_model="Qwen/Qwen2.5-7B-Instruct",
+                     n=8, top_n=50, k=5, max_turns=6, max_new_tokens=500, questions_per_iteration=512,
+                     iterations=100, lr=1e-6, kl_coef=0.001, constrain="none", eval_limit=0, eval_every=10),
+}
+
+
+def load_config(path: str | Path | None = None, *, preset: str | None = None, **overrides) -> TrainConfig:
+    """Preset values, then the TOML file's, then explicit overrides (None values are ignored)."""
+    values: dict = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}", fix=f"use one of {', '.join(PRESETS)}")
+        values.update(PRESETS[preset])
+    if path is not None:
+        values.update(_read_toml(Path(path)))
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return TrainConfig(**values).check()
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError("config file not found", path=path, fix="check the path") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML ({exc})", path=path, fix="see examples/train.toml") from None
+    known = {f.name: f for f in fields(TrainConfig)}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(f"unknown config key {key!r}", path=path,
+                              fix=f"known keys: {', '.join(known)}")
+        expected = type(getattr(TrainConfig(), key))
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            data[key] = float(value)
+        elif not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise ConfigError(f"config key {key!r} should be {expected.__name__}, got {type(value).__name__}",
+                              path=path, fix="fix its value")
+    return data
+
+
+def to_toml(config: TrainConfig) -> str:
+    lines = []
+    for key, value in asdict(config).items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, str):
+            text = orjson.dumps(value).decode()
+        else:
+            text = repr(value)
+        lines.append(f"{key} = {text}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Helpers shared by the steps
+
+
+def read_questions(path: str | Path) -> list[Question]:
+    reader = Reader.open(path)
+    questions = [read_question(row.data, row.path, row.line) for row in reader.rows()]
+    if not questions:
+        raise ConfigError("question file is empty", path=path, fix="give at least one question")
+    return questions
+
+
+def read_records(path: Path, min_stage: str = "rollout") -> list[RolloutRecord]:
+    return [read_rollout(row.data, row.path, row.line, min_stage=min_stage) for row in Reader.open(path).rows()]
+
+
+def write_records(path: Path, records: Sequence[RolloutRecord] | Iterator[RolloutRecord], manifest: dict) -> int:
+    with Writer(path) as writer:
+        writer.write_all(records)
+        writer.manifest = manifest
+    return writer.count
+
+
+def iteration_questions(questions: Sequence[Question], config: TrainConfig, iteration: int) -> list[Question]:
+    """A fixed shuffle per epoch of the training set; iteration i takes the next slice."""
+    per = config.questions_per_iteration
+    out: list[Question] = []
+    start = iteration * per
+    while len(out) < per:
+        epoch, offset = divmod(start + len(out), len(questions))
+        order = list(range(len(questions)))
+        random.Random(config.seed * 1000003 + epoch).shuffle(order)
+        out.append(questions[order[offset]])
+    return out
+
+
+@dataclass
+class RunPaths:
+    root: Path
+
+    def iteration(self, i: int) -> Path:
+        return self.root / f"iter-{i:04d}"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.parquet"
+
+
+@dataclass
+class Models:
+    """Where each model currently lives (a checkpoint folder or the initial model name)."""
+
+    agent: str
+    ranker: str | None
+
+
+def current_models(paths: RunPaths, config: TrainConfig, upto: int) -> Models:
+    """The newest checkpoints written by iterations before `upto` (or the initial models)."""
+    models = Models(config.agent, config.ranker_model if config.ranker == "llm" else None)
+    for i in range(upto):
+        folder = paths.iteration(i)
+        if (folder / "agent" / "config.json").is_file():
+            models.agent = str(folder / "agent")
+        if (folder / "ranker" / "config.json").is_file():
+            models.ranker = str(folder / "ranker")
+    return models
+
+
+@dataclass
+class StepTimer:
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, name: str, started: float) -> None:
+        self.seconds[name] = round(time.perf_counter() - started, 3)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The steps. Each returns quickly when its artifact already exists.
+
+
+class Runner:
+    """Runs (or resumes) one training run. `log` receives one-line progress messages."""
+
+    def __init__(self, config: TrainConfig, *, log: Log = lambda message: None,
+                 on_rollout: Callable[[int, int], None] | None = None):
+        self.config = config
+        self.paths = RunPaths(Path(config.out) / config.name)
+        self.log = log
+        self.on_rollout = on_rollout  # (done, total) per finished question, for progress bars
+        self._index = None
+        self._ref = None
+        self._loaded: dict[str, object] = {}  # model path -> backend; checkpoint folders never change
+        self._constraints: dict[str, tuple] = {}  # model path -> (agent factory, ranker factory)
+
+    # -- setup ------------------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Create the run folder, or check that an existing one was made with the same configuration."""
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        text = to_toml(self.config)
+        if self.paths.config.is_file():
+            if self.paths.config.read_text() != text:
+                raise ConfigError(f"{self.paths.root} holds a run with another configuration",
+                                  fix="resume with the same options, or choose another --name")
+        else:
+            tmp = self.paths.config.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(self.paths.config)
+
+    @property
+    def index(self):
+        if self._index is None:
+            from cosearch_cli.index import Corpus, build_index, open_index
+
+            folder = Path(self.config.index)
+            if not folder.exists():
+                self.log(f"building the index {folder} from {self.config.corpus}")
+                build_index(Corpus(self.config.corpus), folder)
+            self._index = open_index(folder)
+        return self._index
+
+    def options(self) -> dict:
+        return asdict(self.config)
+
+    # -- rollouts ---------------------------------------------------------------------------------------
+
+    def rollouts(self, out: Path, questions: Sequence[Question], models: Models, *, greedy: bool,
+                 seed: int) -> list[RolloutRecord]:
+        """Roll out (or read back) `questions` with `models`; the artifact is written when all are done."""
+        if out.is_file():
+            return read_records(out)
+        records = list(self.stream(questions, models, greedy=greedy, seed=seed))
+        write_records(out, records, self.manifest("rollout", models=models, greedy=greedy, rollout_seed=seed))
+        return records
+
+    def stream(self, questions: Sequence[Question], models: Models, *, greedy: bool, seed: int,
+               ranker: str | None = None) -> Iterator[RolloutRecord]:
+        from cosearch_cli.rollout import run_rollouts
+
+        agent, ranker_backend = self._backends(models)
+        rollout_config = self._rollout_config(agent, greedy=greedy, seed=seed, ranker=ranker)
+        for done, record in enumerate(run_rollouts(questions, agent=agent, ranker_backend=ranker_backend,
+                                                   index=self.index, config=rollout_config), start=1):
+            if self.on_rollout:
+                self.on_rollout(done, len(questions))
+            yield record
+
+    def rollouts_with(self, ranker: str, questions: Sequence[Question], models: Models) -> Iterator[RolloutRecord]:
+        """Greedy evaluation rollouts with another ranker (`none`, `llm`, `oracle`), for the oracle study."""
+        return self.stream(questions, models, greedy=True, seed=self.config.seed, ranker=ranker)
+
+    def manifest(self, stage: str, *, models: Models, **extra) -> dict:
+        return make_manifest(stage, {"train": self.options(), "models": asdict(models), **extra},
+                             seed=self.config.seed)
+
+    def _backends(self, models: Models):
+        wanted = [m for m in (models.agent, models.ranker) if m is not None]
+        self._loaded = {path: backend for path, backend in self._loaded.items() if path in wanted}
+        for path in wanted:
+            if path not in self._loaded:
+                from cosearch_cli.generation import load_backend
+
+                self._loaded[path] = load_backend(path)
+        return self._loaded[models.agent], self._loaded.get(models.ranker) if models.ranker else None
+
+    def _rollout_config(self, agent, *, greedy: bool, seed: int, ranker: str | None = None):
+        from cosearch_cli.rollout import RolloutConfig
+
+        c = self.config
+        if c.agent not in self._constraints:  # token tables depend only on the tokenizer
+            self._constraints[c.agent] = _constraint_factories(c.constrain, c.agent, agent)
+        agent_factory, ranker_factory = self._constraints[c.agent]
+        return RolloutConfig(n=1 if greedy else c.n, max_turns=c.max_turns, top_n=c.top_n, k=c.k,
+                             ranker=ranker or c.ranker, greedy=greedy, temperature=c.temperature, seed=seed,
+                             max_new_tokens=c.max_new_tokens, agent_constraint=agent_factory,
+                             ranker_constraint=ranker_factory)
+
+    # -- group, reward ----------------------------------------------------------------------------------
+
+    def group(self, rollouts_path: Path, out: Path) -> list[RolloutRecord]:
+        if out.is_file():
+            return read_records(out, "grouped")
+        c = self.config
+        config = grouping.resolve_config(c.group_preset, kmin=c.kmin, tau=c.tau)
+        reader = Reader.open(rollouts_path)
+        records = [grouping.group_record(read_rollout(r.data, r.path, r.line), config) for r in reader.rows()]
+        write_records(out, records, make_manifest("group", asdict(config), inputs=reader.hashes,
+                                                  upstream=reader.upstream))
+        return records
+
+    def reward(self, grouped_path: Path, out: Path) -> list[RolloutRecord]:
+        if out.is_file():
+            return read_records(out, "scored")
+        config = rewards.resolve_config(self.config.reward_preset)
+        reader = Reader.open(grouped_path)
+        records = [rewards.score_record(read_rollout(r.data, r.path, r.line, min_stage="grouped"), config)
+                   for r in reader.rows()]
+        advantages.assign_advantages(records)
+        write_records(out, records, make_manifest("reward", asdict(config), inputs=reader.hashes,
+                                                  upstream=reader.upstream))
+        return records
+
+    # -- updates ----------------------------------------------------------------------------------------
+
+    def update(self, role: str, scored: list[RolloutRecord], model_path: str, out: Path,
+               iteration: int) -> dict:
+        """One GRPO step; writes the checkpoint, or `<role>.skipped.json` when nothing was trainable."""
+        skipped = out.with_name(f"{role}.skipped.json")
+        if (out / "config.json").is_file():
+            return orjson.loads((out / "metrics.json").read_bytes())
+        if skipped.is_file():
+            return orjson.loads(skipped.read_bytes())
+        from cosearch_cli.models import load_causal_lm
+        from cosearch_cli.update import UpdateConfig, load_optimizer_state, run_update, save_checkpoint
+
+        c = self.config
+        update_config = UpdateConfig(lr=c.lr, kl_coef=c.kl_coef, token_budget=c.token_budget,
+                                     seed=c.seed * 1000 + iteration)
+        model, tokenizer = load_causal_lm(model_path)
+        optimizer_state = None
+        if (Path(model_path) / "optimizer.pt").is_file():
+            optimizer_state = load_optimizer_state(model_path)
+        ref = self._reference(role) if c.kl_coef > 0 else None
+        try:
+            result = run_update(scored, role=role, model=model, ref_model=ref, config=update_config,
+                                optimizer_state=optimizer_state, pad_id=tokenizer.pad_token_id or 0)
+        except NothingToDo as exc:
+            metrics = {"role": role, "skipped": True, "skip_reason": exc.message}
+            write_json_atomic(skipped, metrics)
+            return metrics
+        if result.skipped:  # non-finite step: keep the previous weights, record why
+            write_json_atomic(skipped, result.metrics)
+            return result.metrics
+        save_checkpoint(out, model=model, tokenizer=tokenizer, config=update_config, optimizer=result.optimizer,
+                        metrics=result.metrics, info={"role": role, "iteration": iteration},
+                        manifest=make_manifest("update", {"role": role, **update_config.to_dict()},
+                                               seed=update_config.seed))
+        return result.metrics
+
+    def _reference(self, role: str):
+        from cosearch_cli.models import load_causal_lm
+
+        name = self.config.agent if role == "agent" else self.config.ranker_model
+        if self._ref is None or self._ref[0] != name:
+            self._ref = (name, load_causal_lm(name)[0])
+        return self._ref[1]
+
+    # -- evaluation -------------------------------------------------------------------------------------
+
+    def evaluate(self, folder: Path, models: Models, dev: Sequence[Question]) -> dict:
+        summary_path = folder / "summary.json"
+        if summary_path.is_file():
+            return orjson.loads(summary_path.read_bytes())
+        from cosearch_cli.evaluate import evaluate
+
+        folder.mkdir(parents=True, exist_ok=True)
+        records = self.rollouts(folder / "rollouts.jsonl", dev, models, greedy=True, seed=self.config.seed)
+        summary = evaluate(records).summary()
+        write_json_atomic(summary_path, summary)
+        return summary
+
+    # -- the loop ---------------------------------------------------------------------------------------
+
+    def run(self) -> Path:
+        c = self.config
+        self.prepare()
+        train_questions = read_questions(c.questions)
+        dev = read_questions(c.dev_questions)
+        overlap = {q.id for q in train_questions} & {q.id for q in dev}
+        if overlap:
+            raise ConfigError(f"{len(overlap)} dev question(s) are also training questions, e.g. "
+                              f"{sorted(overlap)[0]!r}", fix="evaluate on questions never trained on")
+        dev = dev[: c.eval_limit] if c.eval_limit else dev
+        if c.eval_init:
+            self.log("evaluating the untrained models")
+            init = self.evaluate(self.paths.root / "eval-init", current_models(self.paths, c, 0), dev)
+            write_json_atomic(self.paths.root / "eval-init" / "metrics.json", _eval_row(-1, init))
+        for i in range(c.iterations):
+            self.iteration(i, train_questions, dev)
+        self.write_metrics_log()
+        return self.paths.root
+
+    def iteration(self, i: int, train_questions: Sequence[Question], dev: Sequence[Question]) -> dict:
+        c = self.config
+        folder = self.paths.iteration(i)
+        metrics_path = folder / "metrics.json"
+        if metrics_path.is_file():
+            return orjson.loads(metrics_path.read_bytes())
+        folder.mkdir(parents=True, exist_ok=True)
+        timer = StepTimer()
+        models = current_models(self.paths, c, i)
+        questions = iteration_questions(train_questions, c, i)
+
+        started = time.perf_counter()
+        self.log(f"iteration {i}: rollouts of {len(questions)} questions x {c.n}")
+        rolled = self.rollouts(folder / "rollouts.jsonl", questions, models, greedy=False,
+                               seed=c.seed * 1000 + i)
+        timer.add("rollout", started)
+        started = time.perf_counter()
+        self.group(folder / "rollouts.jsonl", folder / "grouped.jsonl")
+        scored = self.reward(folder / "grouped.jsonl", folder / "scored.jsonl")
+        timer.add("group_reward", started)
+
+        row = {"iteration": i, **_train_row(rolled, scored)}
+        for role, enabled, path in (("agent", c.train_agent, models.agent),
+                                    ("ranker", c.train_ranker, models.ranker)):
+            if not enabled:
+                continue
+            started = time.perf_counter()
+            self.log(f"iteration {i}: {role} update")
+            metrics = self.update(role, scored, path, folder / role, i)
+            timer.add(f"update_{role}", started)
+            row.update({f"{role}_{k}": v for k, v in metrics.items()
+                        if k in ("loss", "kl", "clip_frac", "entropy", "grad_norm", "sequences", "skipped")})
+
+        last = i == c.iterations - 1
+        if last or (c.eval_every and (i + 1) % c.eval_every == 0):
+            started = time.perf_counter()
+            self.log(f"iteration {i}: evaluating on {len(dev)} dev questions")
+            summary = self.evaluate(folder / "eval", current_models(self.paths, c, i + 1), dev)
+            timer.add("eval", started)
+            row.update({k: v for k, v in _eval_row(i, summary).items() if k != "iteration"})
+        row["seconds"] = timer.seconds
+        write_json_atomic(metrics_path, row)
+        self.write_metrics_log()
+        return row
+
+    def write_metrics_log(self) -> None:
+        """Rebuild metrics.parquet (and curves.png) from the per-iteration rows, so resume never duplicates."""
+        import polars as pl
+
+        rows = []
+        init = self.paths.root / "eval-init" / "metrics.json"
+        if init.is_file():
+            rows.append(orjson.loads(init.read_bytes()))
+        for folder in sorted(self.paths.root.glob("iter-*")):
+            if (folder / "metrics.json").is_file():
+                rows.append(orjson.loads((folder / "metrics.json").read_bytes()))
+        if not rows:
+            return
+        flat = [{k: (orjson.dumps(v).decode() if isinstance(v, dict) else v) for k, v in r.items()} for r in rows]
+        frame = pl.DataFrame(flat, infer_schema_length=None)
+        with Writer(self.paths.metrics) as writer:
+            writer.write_all(frame.to_dicts())
+            writer.manifest = make_manifest("train", self.options(), seed=self.config.seed)
+        from cosearch_cli.curves import training_curves
+
+        training_curves(rows, self.paths.root / "curves.png", title=self.config.name)
+        _tensorboard(rows, self.paths.root / "tensorboard")
+
+
+def _constraint_factories(roles: str, model_name: str, backend):
+    """Rollout constraint factories for `--constrain`-style roles ("auto": on for the embedded model)."""
+    from cosearch_cli.constrain import make_constraints, parse_roles
+
+    made = make_constraints(parse_roles(roles, model_name), backend.tokenizer,
+                            vocab_size=backend.model.config.vocab_size)
+    agent = (lambda ctx: made.agent(final=ctx.last_turn)) if made.agent else None
+    ranker = (lambda ctx: made.ranker(n=ctx.n_candidates, k=ctx.k)) if made.ranker else None
+    return agent, ranker
+
+
+def _train_row(rolled: Sequence[RolloutRecord], scored: Sequence[RolloutRecord]) -> dict:
+    trajectories = [t for r in scored for t in r.trajectories]
+    calls = [c for r in rolled for c in r.ranker_calls]
+    valid = [c for c in calls if c.valid]
+    k = max((len(c.chosen_ids) for c in calls), default=0)
+    hits = [float(any(c.candidate_has_answer[j] for j in c.permutation[:k])) for c in valid]
+    kept = [g for r in scored for g in r.groups if g.kept]
+    return {
+        "train_reward": _mean([t.reward for t in trajectories if t.reward is not None]),
+        "train_f1": _mean([t.scores.get("f1", 0.0) for t in trajectories]),
+        "format_ok": _mean([float(t.format_ok) for t in trajectories]),
+        "search_turns": _mean([float(t.n_searches) for t in trajectories]),
+        "ranker_calls": len(calls),
+        "ranker_valid": _mean([float(c.valid) for c in calls]),
+        "ranker_hit_at_k": _mean(hits),
+        "agent_groups_kept": sum(g.role == "agent" for g in kept),
+        "ranker_groups_kept": sum(g.role == "ranker" for g in kept),
+    }
+
+
+def _eval_row(iteration: int, summary: dict) -> dict:
+    overall = next(g for g in summary["groups"] if g["dataset"] == "average")
+    return {"iteration": iteration, "dev_f1": overall["f1"], "dev_em": overall["em"],
+            "dev_search_turns": overall["searches"], "dev_format_fail": overall["format_fail"],
+            "dev_hit_at_k": overall.get("hit@3")}
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _tensorboard(rows: list[dict], folder: Path) -> None:
+    """Also log to TensorBoard when it is installed (optional)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return
+    writer = SummaryWriter(str(folder))
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "iteration":
+                writer.add_scalar(key, value, row["iteration"])
+    writer.close()

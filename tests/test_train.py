@@ -1,0 +1,127 @@
+"""`cosearch train`: config checks before any work, question slicing, and a short resumable run."""
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cosearch_cli.errors import ConfigError
+from cosearch_cli.records import Question
+from cosearch_cli.train import PRESETS, TrainConfig, iteration_questions, load_config
+
+
+def test_unknown_key_is_named_before_any_work(tmp_path, cli):
+    config = tmp_path / "c.toml"
+    config.write_text(f'name = "x"\nout = "{tmp_path / "runs"}"\nlearning_rate = 0.1\n')
+    result = cli("train", "--config", config)
+    assert result.exit_code == 4
+    assert "unknown config key 'learning_rate'" in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_impossible_values_are_rejected_with_the_key(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("n = 2\nmax_turns = 2\nkmin = 5\n")  # at most 2 x 2 = 4 ranker calls per question
+    with pytest.raises(ConfigError, match="config key 'kmin'"):
+        load_config(config)
+    config.write_text('iterations = "three"\n')
+    with pytest.raises(ConfigError, match="'iterations' should be int, got str"):
+        load_config(config)
+    with pytest.raises(ConfigError, match="'train_ranker' needs ranker = 'llm'"):
+        load_config(ranker="none", train_ranker=True)
+    with pytest.raises(ConfigError, match="unknown preset"):
+        load_config(preset="nope")
+
+
+def test_preset_then_file_then_options(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("iterations = 7\nlr = 1\n")  # an int where a float is expected is fine
+    cfg = load_config(config, preset="search-r1", iterations=9)
+    assert (cfg.ranker, cfg.train_ranker, cfg.iterations, cfg.lr) == ("none", False, 9, 1.0)
+    # the comparison presets differ only in what the paper varies, so they cost the same compute
+    base = {k: v for k, v in vars(TrainConfig()).items() if k not in ("name", "ranker", "train_ranker")}
+    for name in ("search-r1", "fixed-ranker", "cosearch"):
+        cfg = vars(load_config(preset=name))
+        assert {k: cfg[k] for k in base} == base, name
+    assert set(PRESETS) >= {"demo", "search-r1", "fixed-ranker", "cosearch", "paper-7b"}
+
+
+def test_iteration_questions_cycle_through_a_fixed_shuffle():
+    questions = [Question(str(i), "?", ["a"]) for i in range(5)]
+    cfg = TrainConfig(questions_per_iteration=2, seed=1)
+    first_epoch = [q.id for i in range(2) for q in iteration_questions(questions, cfg, i)] + \
+        [iteration_questions(questions, cfg, 2)[0].id]
+    assert sorted(first_epoch) == ["0", "1", "2", "3", "4"]  # every question once per epoch
+    assert iteration_questions(questions, cfg, 1) == iteration_questions(questions, cfg, 1)
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory, tiny_lm):
+    model, tokenizer = tiny_lm
+    folder = tmp_path_factory.mktemp("tiny-lm")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _config(tmp_path: Path, model: Path, **overrides) -> TrainConfig:
+    values = dict(name="t", out=str(tmp_path / "runs"), index=str(tmp_path / "index"), agent=str(model),
+                  ranker_model=str(model), constrain="agent,ranker", iterations=2, questions_per_iteration=2,
+                  n=2, kmin=2, max_turns=1, max_new_tokens=24, top_n=4, k=2, eval_limit=2, lr=1e-3,
+                  kl_coef=0.001, seed=3)
+    values.update(overrides)
+    return load_config(**values)
+
+
+def _artifacts(root: Path) -> dict[str, bytes]:
+    """Every artifact of a run except what records wall-clock time (manifests, metrics with seconds)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.name.endswith((".manifest.json", "manifest.json", "metrics.json",
+                                                        "metrics.parquet", ".png", ".toml")):
+            out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+def test_short_run_completes_and_resumes_to_the_same_artifacts(tmp_path, tiny_model_dir, monkeypatch):
+    from cosearch_cli import train as training
+
+    # uninterrupted
+    straight = _config(tmp_path / "a", tiny_model_dir)
+    root = training.Runner(straight).run()
+    import polars as pl
+
+    log = pl.read_parquet(root / "metrics.parquet")
+    assert log["iteration"].to_list() == [-1, 0, 1]
+    assert {"train_reward", "ranker_hit_at_k", "search_turns", "dev_f1"} <= set(log.columns)
+    assert (root / "curves.png").stat().st_size > 0
+    assert (root / "iter-0001" / "agent" / "model.safetensors").is_file() or \
+        (root / "iter-0001" / "agent.skipped.json").is_file()
+
+    # killed right after the first iteration's reward step, then started again
+    killed = _config(tmp_path / "b", tiny_model_dir)
+    original = training.Runner.update
+
+    def die(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training.Runner, "update", die)
+    with pytest.raises(KeyboardInterrupt):
+        training.Runner(killed).run()
+    resumed_root = Path(killed.out) / killed.name
+    assert (resumed_root / "iter-0000" / "scored.jsonl").is_file()
+    assert not (resumed_root / "iter-0000" / "metrics.json").exists()
+    monkeypatch.setattr(training.Runner, "update", original)
+    training.Runner(killed).run()
+    assert _artifacts(resumed_root) == _artifacts(root)
+    rows = [orjson.loads(line) for line in (root / "iter-0000" / "scored.jsonl").read_bytes().splitlines()]
+    assert all(r["stage"] == "scored" for r in rows)
+
+
+def test_rerun_with_other_options_is_refused(tmp_path, tiny_model_dir):
+    from cosearch_cli import train as training
+
+    cfg = _config(tmp_path, tiny_model_dir, iterations=1, eval_init=False)
+    training.Runner(cfg).prepare()
+    with pytest.raises(ConfigError, match="holds a run with another configuration"):
+        training.Runner(_config(tmp_path, tiny_model_dir, iterations=1, eval_init=False, lr=0.5)).prepare()
