@@ -100,14 +100,17 @@ def write_rollouts(path: Path, questions: int, calls_per_question: int, prompt_t
             handle.write(orjson.dumps(make_record(rng, q, calls_per_question, prompt_tokens)) + b"\n")
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one child process."""
+def timed(cmd: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MB) of one child process.
+
+    On this shared machine the wall time swings with other people's jobs; CPU time much less."""
     start = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], capture_output=True, text=True)
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", *cmd], capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr}")
-    return wall, int(proc.stderr.strip().splitlines()[-1]) / 1024
+    rss_kb, user, system = proc.stderr.strip().splitlines()[-1].split()
+    return wall, float(user) + float(system), int(rss_kb) / 1024
 
 
 def main() -> None:
@@ -130,19 +133,19 @@ def main() -> None:
                                           str(tmp / "groups.parquet"), "-q"]),
                                ("reward", [COSEARCH, "reward", str(grouped), "-o", str(scored), "-q"])):
                 runs = [timed(cmd) for _ in range(args.repeats)]
-                stats[stage] = (statistics.median(w for w, _ in runs), max(m for _, m in runs),
-                                os.path.getsize(cmd[2]) / 1e6)
+                stats[stage] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs),
+                                max(r[2] for r in runs), os.path.getsize(cmd[2]) / 1e6)
             calls = questions * args.calls_per_question
-            for stage, (wall, rss, mb) in stats.items():
-                rows.append(f"| {stage} | {questions:,} | {calls:,} | {mb:,.0f} | {wall:.2f} | "
+            for stage, (wall, cpu, rss, mb) in stats.items():
+                rows.append(f"| {stage} | {questions:,} | {calls:,} | {mb:,.0f} | {wall:.2f} | {cpu:.2f} | "
                             f"{calls / wall:,.0f} | {mb / wall:,.0f} | {rss:,.0f} |")
             print(rows[-2], rows[-1], sep="\n", flush=True)
     table = "\n".join([
         f"`{' '.join(['nice -n 10 .venv/bin/python bench/bench_group_reward.py', *sys.argv[1:]])}` "
         f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, {os.cpu_count()} cores, "
         f"median of {args.repeats}, ranker prompt tokens per call: {args.prompt_tokens})", "",
-        "| stage | questions | ranker calls | input MB | seconds | calls/s | MB/s | peak RSS MB |",
-        "|---|---|---|---|---|---|---|---|", *rows, ""])
+        "| stage | questions | ranker calls | input MB | wall s | CPU s | calls/s (wall) | MB/s (wall) | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|", *rows, ""])
     print(table)
     if args.out:
         with open(args.out, "a") as handle:

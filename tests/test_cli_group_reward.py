@@ -160,3 +160,26 @@ def test_every_option_is_documented(name):
     for param in command.params:
         assert getattr(param, "help", None), f"{name} {param.name} has no help"
     assert command.help
+
+
+def test_evidence_reward_with_a_local_verifier_model(tmp_path, tiny_lm):
+    from cosearch_cli.records import Turn
+
+    model, tokenizer = tiny_lm
+    model.save_pretrained(tmp_path / "verifier")
+    tokenizer.save_pretrained(tmp_path / "verifier")
+    with_evidence = [Turn(text="<evidence>Hamlet was written by Shakespeare</evidence><answer>Shakespeare</answer>",
+                          token_ids=[], logprobs=[], action="answer")]
+    record = make_record("q", ["Shakespeare"], [make_traj(0, "Shakespeare", turns=with_evidence),
+                                                make_traj(1, "Marlowe")], [])
+    grouped = run_cli("group", write(tmp_path / "r.jsonl", [orjson.dumps(record) + b"\n"]))
+    result = run_cli("reward", "-", "--evidence-weight", "0.5", "--verifier", tmp_path / "verifier",
+                     "--verifier-max-new-tokens", "4", input=grouped.stdout)
+    assert result.exit_code == 0, result.stderr
+    (scored,), manifest = parse(result.stdout)
+    first, second = scored["trajectories"]
+    # the random verifier's answer scores some F1 in [0, 1]; the reward adds half of it to the answer F1
+    assert 0.0 <= first["scores"]["evidence_f1"] <= 1.0
+    assert first["reward"] == pytest.approx(1.0 + 0.5 * first["scores"]["evidence_f1"])
+    assert second["scores"]["evidence_f1"] == 0.0 and second["reward"] == 0.0  # no evidence block
+    assert manifest["options"]["evidence_weight"] == 0.5 and "evidence F1" in result.stderr

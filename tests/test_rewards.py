@@ -223,3 +223,23 @@ def test_clean_verifier_answer():
     assert rewards.clean_verifier_answer("<answer> Paris </answer> because") == "Paris"
     assert rewards.clean_verifier_answer("\n  Paris\nIt is the capital.") == "Paris"
     assert rewards.clean_verifier_answer("") == ""
+
+
+def test_evidence_scores_through_the_real_transformers_backend(tiny_lm):
+    """Plumbing with a real (tiny, random) verifier: chat prompt, greedy answer, F1 of the cleaned answer."""
+    import torch
+
+    from cosearch_cli.generation.hf import HFBackend
+    from cosearch_cli.metrics import token_f1
+
+    model, tokenizer = tiny_lm
+    traj = make_traj(0, "Paris", turns=[turn("<evidence>Paris is the capital of France</evidence>")])
+    record = make_record("q", ["Paris"], [traj], [])
+    (scores,) = rewards.evidence_scores([record], HFBackend(model, tokenizer), max_new_tokens=6)
+    prompt = rewards.VERIFIER_PROMPT.format(evidence="Paris is the capital of France", question=record.question)
+    prompt_ids = rewards._prompt_ids(tokenizer, prompt)
+    assert "<|im_start|>user" in tokenizer.decode(prompt_ids)  # SmolLM2's chat template was applied
+    reference = model.generate(torch.tensor([prompt_ids]), max_new_tokens=6, do_sample=False, eos_token_id=None,
+                               pad_token_id=tokenizer.pad_token_id)[0, len(prompt_ids):]
+    answer = rewards.clean_verifier_answer(tokenizer.decode(reference.tolist()))
+    assert scores == {0: pytest.approx(token_f1(answer, ["Paris"]))}
