@@ -76,6 +76,8 @@ def assign_advantages(records: Sequence[RolloutRecord], *, mode: str = "group", 
             members = [(trajs if group.role == AGENT else calls)[m] for m in group.members]
             for member in members:
                 member.advantage = 0.0
+            if group.reason == ALL_EQUAL:  # rescoring a scored file: judge the group on the new rewards
+                group.kept, group.reason = True, ""
             if not group.kept:
                 continue
             rewards = [m.reward for m in members]

@@ -86,3 +86,15 @@ def test_assign_batch_mode_pools_the_std_per_role():
     assert b.trajectories[0].advantage == pytest.approx(0.5 / agent_std)
     # the only trainable ranker group is [2, 0, 1]: the all-equal group is not pooled
     assert calls["a/s0/t0"].advantage == pytest.approx(1.0)
+
+
+def test_rescoring_judges_all_equal_groups_again():
+    a, b, calls = two_records()
+    advantages.assign_advantages([a, b])
+    for s, r in enumerate([0.0, 1.0, 0.5]):
+        calls[f"a/s{s}/t1"].reward = r
+    advantages.assign_advantages([a, b], eps=0.0)
+    group = groups_by_id(a)["a/ranker/easy/c1"]
+    assert group.kept and group.reason == ""
+    assert [calls[f"a/s{s}/t1"].advantage for s in range(3)] == pytest.approx([-1.0, 1.0, 0.0])
+    assert groups_by_id(a)["a/ranker/easy/c2"].reason == "singleton"  # grouping's decisions stay
