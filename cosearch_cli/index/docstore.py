@@ -55,13 +55,11 @@ class DocStoreWriter:
         order = np.argsort(ids, kind="stable")
         ids_sorted = ids[order]
         duplicates = np.flatnonzero(ids_sorted[1:] == ids_sorted[:-1])
-        if len(duplicates):
-            return order[duplicates + 1]
         np.save(self.folder / "offsets.npy", np.asarray(self._offsets, dtype=np.uint64))
         np.save(self.folder / "ids.npy", ids)
         np.save(self.folder / "ids_sorted.npy", ids_sorted)
         np.save(self.folder / "rows_sorted.npy", order.astype(np.int64))
-        return duplicates
+        return order[duplicates + 1]
 
 
 class DocStore:
