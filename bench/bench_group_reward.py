@@ -72,11 +72,12 @@ def make_record(rng: random.Random, q: int, calls_per_question: int, prompt_toke
                 "candidate_ids": ids, "candidate_scores": sorted((rng.random() * 100 for _ in range(N)), reverse=True),
                 "candidate_has_answer": has, "permutation": perm if valid else [],
                 "chosen_ids": [ids[i] for i in (perm if valid else range(K))], "valid": valid,
-                "error": None if valid else "duplicate id", "prompt_ids": [rng.randrange(49152) for _ in range(prompt_tokens)],
+                "error": None if valid else "duplicate id",
+                "prompt_ids": [rng.randrange(49152) for _ in range(prompt_tokens)],
                 "output_ids": [rng.randrange(49152) for _ in range(40)],
                 "logprobs": [-rng.random() for _ in range(40)],
-                "output_text": "<reason> passages 3 and 7 name the person </reason> <ranking> [3] > [7] > [1] > [12] > [4] "
-                               "</ranking>"})
+                "output_text": "<reason> passages 3 and 7 name the person </reason> "
+                               "<ranking> [3] > [7] > [1] > [12] > [4] </ranking>"})
             turns.append({"text": f"<think> hop {t} </think> <search> {query} </search>", "token_ids": [1] * 12,
                           "logprobs": [-0.5] * 12, "action": "search", "query": query,
                           "ranker_call": f"{qid}/s{s}/t{t}", "observation_ids": calls[-1]["chosen_ids"]})
@@ -126,7 +127,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for questions in args.questions:
-            rollouts, grouped, scored = tmp / f"r{questions}.jsonl", tmp / f"g{questions}.jsonl", tmp / f"s{questions}.jsonl"
+            rollouts, grouped, scored = (tmp / f"{name}{questions}.jsonl" for name in ("r", "g", "s"))
             write_rollouts(rollouts, questions, args.calls_per_question, args.prompt_tokens)
             stats = {}
             for stage, cmd in (("group", [COSEARCH, "group", str(rollouts), "-o", str(grouped), "--summary",

@@ -33,19 +33,21 @@ def _load_verifier(name: str):
 def describe_rewards(records) -> str:
     trajs = [t for r in records for t in r.trajectories]
     failed = sum(not t.format_ok for t in trajs)
-    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    def mean(values: list[float]) -> str:
+        return f"{sum(values) / len(values):.3f}" if values else "n/a"
+
     lines = [f"agent: {len(trajs):,} trajectories, {failed:,} format failures, mean reward "
-             f"{mean([t.reward for t in trajs]):.3f}, F1 {mean([t.scores['f1'] for t in trajs]):.3f}, "
-             f"EM {mean([t.scores['em'] for t in trajs]):.3f}, SubEM {mean([t.scores['subem'] for t in trajs]):.3f}"]
+             f"{mean([t.reward for t in trajs])}, F1 {mean([t.scores['f1'] for t in trajs])}, "
+             f"EM {mean([t.scores['em'] for t in trajs])}, SubEM {mean([t.scores['subem'] for t in trajs])}"]
     if any("evidence_f1" in t.scores for t in trajs):
-        lines[0] += f", evidence F1 {mean([t.scores.get('evidence_f1', 0.0) for t in trajs]):.3f}"
+        lines[0] += f", evidence F1 {mean([t.scores['evidence_f1'] for t in trajs if 'evidence_f1' in t.scores])}"
     calls = [c for r in records for c in r.ranker_calls]
     scored = [c for c in calls if c.reward is not None]
     branches: dict[str, int] = {}
     for c in scored:
         branches[c.reward_parts["branch"]] = branches.get(c.reward_parts["branch"], 0) + 1
     lines.append(f"ranker: {len(calls):,} calls, {len(scored):,} scored ({sum(not c.valid for c in scored):,} "
-                 f"invalid outputs), mean reward {mean([c.reward for c in scored]):.3f}, branches: "
+                 f"invalid outputs), mean reward {mean([c.reward for c in scored])}, branches: "
                  + (", ".join(f"{n:,} {b}" for b, n in sorted(branches.items())) or "none"))
     return "\n".join(lines)
 
@@ -118,6 +120,8 @@ def reward(
     manifest = make_manifest("reward", options, inputs=reader.hashes, upstream=reader.upstream)
     write_records(records, output, summary, manifest)
     if not quiet:
+        if not any(g.kept for r in records for g in r.groups):
+            stderr.print("warning: no group in this input has a training signal", highlight=False, markup=False)
         stderr.print(f"reward: {len(records):,} questions, preset {preset}, scale {scale}\n"
                      f"{describe_rewards(records)}\n{grouping.describe_groups(records)}",
                      highlight=False, markup=False, soft_wrap=True)
