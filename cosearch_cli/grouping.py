@@ -143,21 +143,26 @@ def _clear_downstream(record: RolloutRecord) -> None:
 def group_record(record: RolloutRecord, config: GroupConfig) -> RolloutRecord:
     """Fill `groups`, Trajectory.group and RankerCall.group; returns the record at stage "grouped"."""
     _clear_downstream(record)
-    qid = record.question_id
-    groups: list[GroupInfo] = []
+    record.groups = [_agent_group(record), *_ranker_groups(record, config)]
+    record.stage = "grouped"
+    return record
 
-    agent_id = agent_group_id(qid)
-    members = [str(t.sample) for t in record.trajectories]
+
+def _agent_group(record: RolloutRecord) -> GroupInfo:
+    group_id = agent_group_id(record.question_id)
     for traj in record.trajectories:
-        traj.group = agent_id
-    groups.append(GroupInfo(agent_id, AGENT, members, kept=len(members) > 1,
-                            reason="" if len(members) > 1 else SINGLETON))
+        traj.group = group_id
+    size = len(record.trajectories)
+    return GroupInfo(group_id, AGENT, [str(t.sample) for t in record.trajectories], kept=size > 1,
+                     reason="" if size > 1 else SINGLETON)
 
+
+def _ranker_groups(record: RolloutRecord, config: GroupConfig) -> list[GroupInfo]:
+    qid = record.question_id
     format_ok = {t.sample: t.format_ok for t in record.trajectories}
-    calls = sorted(record.ranker_calls, key=lambda c: (c.sample, c.turn))
     excluded: dict[str, list[RankerCall]] = {FORMAT_FAILURE: [], NOT_TRAINED: []}
     splits: dict[str, list[RankerCall]] = {"easy": [], "hard": []}
-    for call in calls:
+    for call in sorted(record.ranker_calls, key=lambda c: (c.sample, c.turn)):
         if not format_ok[call.sample]:
             excluded[FORMAT_FAILURE].append(call)
         elif call.ranker != TRAINED_RANKER:
@@ -165,29 +170,26 @@ def group_record(record: RolloutRecord, config: GroupConfig) -> RolloutRecord:
         else:
             splits["easy" if call.any_has_answer else "hard"].append(call)
 
+    groups = []
     for split, split_calls in splits.items():
         assignment = cluster_queries((c.query for c in split_calls), config.tau)
         clusters: list[list[RankerCall]] = [[] for _ in range(max(assignment, default=-1) + 1)]
         for call, cluster in zip(split_calls, assignment):
             clusters[cluster].append(call)
-        for number, members_ in enumerate(clusters):
-            group_id = ranker_group_id(qid, split, number)
-            for call in members_:
-                call.group = group_id
-            size = len(members_)
+        for number, cluster_calls in enumerate(clusters):
+            size = len(cluster_calls)
             reason = SINGLETON if size == 1 else ("" if config.keeps(size) else BELOW_KMIN)
-            groups.append(GroupInfo(group_id, RANKER, [c.id for c in members_], kept=not reason, reason=reason))
+            groups.append(_assign(ranker_group_id(qid, split, number), cluster_calls, reason))
+    for why, excluded_calls in excluded.items():
+        if excluded_calls:
+            groups.append(_assign(f"{qid}/{RANKER}/excluded/{why}", excluded_calls, why))
+    return groups
 
-    for why, members_ in excluded.items():
-        if members_:
-            group_id = f"{qid}/{RANKER}/excluded/{why}"
-            for call in members_:
-                call.group = group_id
-            groups.append(GroupInfo(group_id, RANKER, [c.id for c in members_], kept=False, reason=why))
 
-    record.groups = groups
-    record.stage = "grouped"
-    return record
+def _assign(group_id: str, calls: list[RankerCall], reason: str) -> GroupInfo:
+    for call in calls:
+        call.group = group_id
+    return GroupInfo(group_id, RANKER, [c.id for c in calls], kept=not reason, reason=reason)
 
 
 def chosen_indices(call: RankerCall) -> list[int] | None:
