@@ -44,6 +44,14 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def all_reduce_max(value: int) -> int:
+    if rank_world()[1] == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.long)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
 def barrier() -> None:
     if rank_world()[1] > 1:
         dist.barrier()

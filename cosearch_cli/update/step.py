@@ -50,9 +50,12 @@ def local_micro_batches(seqs: list[TrainSeq], config: UpdateConfig, pad_id: int 
     rank, world = distributed.rank_world()
     ordered = sorted(seqs, key=lambda s: (-len(s.token_ids), s.key))
     mine = ordered[rank::world]
-    if not mine:  # keeps the collectives of all ranks in step; contributes nothing
-        return [collate(ordered[-1:], pad_id, weight=0.0)]
-    return [collate(plan, pad_id) for plan in plan_micro_batches(mine, config.token_budget)]
+    batches = [collate(plan, pad_id) for plan in plan_micro_batches(mine, config.token_budget)]
+    # Zero-weight placeholders keep ranks in step: DDP needs one synced backward on every rank, and FSDP
+    # gathers parameters in every forward, so there all ranks must run the same number of micro-batches.
+    wanted = max(1, distributed.all_reduce_max(len(batches)) if config.parallel == "fsdp" else 1)
+    batches += [collate(ordered[-1:], pad_id, weight=0.0) for _ in range(wanted - len(batches))]
+    return batches
 
 
 def accumulate_gradients(policy, ref_model, batches: list[MicroBatch], config: UpdateConfig,
