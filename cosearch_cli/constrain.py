@@ -45,10 +45,14 @@ ROLES = ("agent", "ranker")
 
 @dataclass(frozen=True)
 class ConstraintLimits:
-    """Token budgets for the free-text parts (each part also has at least one content token)."""
+    """Token budgets for the free-text parts (each part also has at least one content token).
 
-    max_think: int = 48  # reasoning inside <think>
-    max_query: int = 24  # search query
+    The defaults keep a whole turn within the cpu rollout preset's 80 new tokens (73 at most with the
+    SmolLM2 tokenizer) and a ranker output within its 64 (61 at most for K=5, N<=99).
+    """
+
+    max_think: int = 40  # reasoning inside <think>
+    max_query: int = 20  # search query
     max_answer: int = 16  # short answer
     max_reason: int = 24  # ranker's reason
 
@@ -93,6 +97,46 @@ class TokenClasses:
         if mask is None:
             mask = self._only[key] = self._mask(key)
         return mask
+
+
+# The literal strings between free parts. Constraints force exactly these token sequences and warm-up
+# demonstrations are tokenised piece by piece the same way, so both agree token for token.
+def _action_tag(action: str) -> str:
+    return f"{formats.THINK_CLOSE}\n{formats.SEARCH_OPEN if action == 'search' else formats.ANSWER_OPEN}"
+
+
+def _close_tag(action: str) -> str:
+    return f" {formats.SEARCH_CLOSE if action == 'search' else formats.ANSWER_CLOSE}"
+
+
+_RANKING_OPEN = f"{formats.REASON_CLOSE}\n{formats.RANKING_OPEN} ["
+_RANKING_SEP = "] > ["
+_RANKING_CLOSE = f"] {formats.RANKING_CLOSE}"
+
+
+def free_text(text: str, *, line: bool = False) -> str:
+    """`text` made safe for a free part: no tag characters (and no newlines in a query or answer)."""
+    text = text.replace("<", "(").replace(">", ")")
+    return " ".join(text.split()) if line else text
+
+
+def agent_turn_ids(tokenizer, think: str, action: str, content: str) -> list[int]:
+    """Token ids of one well-formed agent turn, exactly as the agent constraint would force its tags.
+
+    `think` is used as given (start it with a space); `content` gets one leading space, as in `<search> q`.
+    """
+    enc = lambda t: tokenizer.encode(t, add_special_tokens=False)  # noqa: E731
+    return (enc(formats.THINK_OPEN) + enc(free_text(think)) + enc(_action_tag(action))
+            + enc(" " + free_text(content, line=True)) + enc(_close_tag(action)))
+
+
+def ranker_output_ids(tokenizer, reason: str, ids: Sequence[int]) -> list[int]:
+    """Token ids of a well-formed ranker output naming 1-based `ids`, tokenised like the ranker constraint."""
+    enc = lambda t: tokenizer.encode(t, add_special_tokens=False)  # noqa: E731
+    out = enc(formats.REASON_OPEN) + enc(free_text(reason)) + enc(_RANKING_OPEN)
+    for j, i in enumerate(ids):
+        out += enc(str(i)) + enc(_RANKING_CLOSE if j == len(ids) - 1 else _RANKING_SEP)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -245,10 +289,9 @@ class AgentConstraint(_PartsConstraint):
         self.final, self.limits = final, limits
         enc = classes.encode
         self.open_ids = enc(formats.THINK_OPEN)
-        actions = {"answer": formats.ANSWER_OPEN} if final else {"search": formats.SEARCH_OPEN,
-                                                                  "answer": formats.ANSWER_OPEN}
-        self.action_ids = {a: enc(f"{formats.THINK_CLOSE}\n{tag}") for a, tag in actions.items()}
-        self.close_ids = {"search": enc(f" {formats.SEARCH_CLOSE}"), "answer": enc(f" {formats.ANSWER_CLOSE}")}
+        actions = ("answer",) if final else ("search", "answer")
+        self.action_ids = {a: enc(_action_tag(a)) for a in actions}
+        self.close_ids = {a: enc(_close_tag(a)) for a in ("search", "answer")}
         super().__init__(classes)
 
     def _start(self) -> list:
@@ -280,9 +323,9 @@ class RankerConstraint(_PartsConstraint):
         self.n, self.k, self.limits = n, min(k, n), limits
         enc = classes.encode
         self.open_ids = enc(formats.REASON_OPEN)
-        self.ranking_ids = enc(f"{formats.REASON_CLOSE}\n{formats.RANKING_OPEN} [")
-        self.sep_ids = enc("] > [")
-        self.close_ids = enc(f"] {formats.RANKING_CLOSE}")
+        self.ranking_ids = enc(_RANKING_OPEN)
+        self.sep_ids = enc(_RANKING_SEP)
+        self.close_ids = enc(_RANKING_CLOSE)
         super().__init__(classes)
 
     def _start(self) -> list:

@@ -80,3 +80,14 @@ class ForceText:
 @pytest.fixture(scope="session")
 def force_text():
     return ForceText
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models run far faster on one thread than on two contended ones (2 shared cores)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -17,13 +17,7 @@ from cosearch_cli.generation.hf import HFBackend
 SEEDS = range(24)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model is far faster on one thread than on two contended ones (2 shared cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -53,6 +53,7 @@ STAGE_MODULES: tuple[str, ...] = (
     "group",
     "reward",
     "update",
+    "warmup",
 )
 
 

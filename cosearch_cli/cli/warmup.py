@@ -1,0 +1,127 @@
+"""`cosearch warmup`: demonstrations from the training data, a brief supervised fine-tune, a HF checkpoint."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from cosearch_cli.artifacts import Writer, make_manifest, write_json_atomic
+from cosearch_cli.cli import app
+from cosearch_cli.cli.common import Overwrite, Quiet, Seed, progress, refuse_existing, stderr
+from cosearch_cli.errors import ConfigError, NothingToDo
+
+
+@app.command("warmup")
+def warmup(
+    questions: Annotated[str, typer.Option(help="Training questions (JSONL; HotpotQA, MuSiQue, 2Wiki annotations "
+                                                "are used where present).")],
+    index: Annotated[str, typer.Option(help="Index folder from `cosearch index` (observations come from it).")],
+    out: Annotated[str, typer.Option(help="Folder for the fine-tuned checkpoint (safetensors, tokenizer, config) "
+                                          "and demonstrations.jsonl.")],
+    model: Annotated[str, typer.Option(help="Model to fine-tune: 'smollm2' (embedded) or a local HF folder.")]
+    = "smollm2",
+    exclude: Annotated[list[str] | None, typer.Option(
+        help="Evaluation question files (repeatable); refuse to train on any question in them.")] = None,
+    preset: Annotated[Literal["cpu", "paper"], typer.Option(
+        help="Rollout preset whose prompt format, T, N, K and passage lengths the demonstrations follow.")] = "cpu",
+    max_turns: Annotated[int | None, typer.Option(help="T: most searches per demonstration (default: preset).")]
+    = None,
+    k: Annotated[int | None, typer.Option(help="K: passages shown per search (default: preset).")] = None,
+    retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
+    ranker: Annotated[bool, typer.Option(help="Also train on ranker demonstrations (same model).")] = True,
+    keep_unsupported: Annotated[bool, typer.Option(
+        "--keep-unsupported", help="Keep agent demonstrations whose observations never show a gold answer "
+                                   "(default: drop them; they teach answering from memory).")] = False,
+    epochs: Annotated[int, typer.Option(help="Passes over the demonstrations.")] = 1,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 5e-5,
+    token_budget: Annotated[int, typer.Option(help="Tokens (rows x longest row) per optimiser step.")] = 4096,
+    limit: Annotated[int | None, typer.Option(help="Use only the first L training questions.")] = None,
+    seed: Seed = 0,
+    overwrite: Overwrite = False,
+    quiet: Quiet = False,
+) -> None:
+    """Fine-tune briefly on demonstrations built from the data, so a small model starts with valid actions.
+
+    Each training question becomes an agent trajectory (searches for its gold titles / decomposition / evidence
+    triples, observations from the index, the gold answer) and ranker calls that put answer-bearing passages
+    first, in exactly the rollout's format. Loss: cross-entropy on generated tokens only (prompts and
+    observations masked). Writes a Hugging Face checkpoint usable as `--agent OUT` / `--model OUT`.
+    """
+    import torch
+
+    from cosearch_cli.cli.rollout import read_questions
+    from cosearch_cli.index import open_index
+    from cosearch_cli.models import load_causal_lm
+    from cosearch_cli.rollout import preset as make_preset
+    from cosearch_cli.warmup import DemoStats, FinetuneConfig, build_demonstrations, check_no_overlap, finetune
+
+    if epochs < 1 or lr <= 0 or token_budget < 1:
+        raise ConfigError("--epochs and --token-budget must be at least 1 and --lr positive",
+                          fix="e.g. --epochs 1 --lr 5e-5 --token-budget 4096")
+    refuse_existing(out, overwrite)
+    overrides = {key: value for key, value in dict(max_turns=max_turns, k=k).items() if value is not None}
+    config = make_preset(preset, retriever=retriever, **overrides)
+    config.top_n = max(config.top_n, config.k)
+    train, reader = read_questions(questions)
+    train = train[:limit] if limit else train
+    hashes = dict(reader.hashes)
+    for path in exclude or []:
+        excluded, ex_reader = read_questions(path)
+        check_no_overlap(train, excluded)
+        hashes.update(ex_reader.hashes)
+    opened = open_index(index)
+    torch.manual_seed(seed)
+    lm, tokenizer = load_causal_lm(model)
+
+    stats = DemoStats()
+    demos = build_demonstrations(train, index=opened, tokenizer=tokenizer, config=config,
+                                 require_evidence=not keep_unsupported, with_ranker=ranker, stats=stats)
+    if not demos:
+        raise NothingToDo("no demonstrations: no question's searches showed a gold answer",
+                          fix="check that the index holds the questions' corpus, or pass --keep-unsupported")
+    if not quiet:
+        stderr.print(f"{stats.agent} agent and {stats.ranker} ranker demonstrations from {stats.questions} "
+                     f"questions ({stats.skipped_no_evidence} without evidence skipped)")
+    ft = FinetuneConfig(epochs=epochs, lr=lr, token_budget=token_budget, seed=seed)
+    with progress(quiet) as bar:
+        task = bar.add_task("warm-up", total=None)
+        losses = finetune(lm, demos, ft, pad_id=tokenizer.pad_token_id or 0,
+                          on_step=lambda i, total, loss: bar.update(task, completed=i, total=total,
+                                                                    description=f"warm-up loss {loss:.3f}"))
+
+    target = Path(out)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        lm.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        _write_demos(tmp / "demonstrations.jsonl", demos, tokenizer)
+        options = {"questions": questions, "index": str(Path(index).resolve()), "model": model,
+                   "exclude": exclude or [], "preset": preset, "max_turns": config.max_turns, "k": config.k,
+                   "top_n": config.top_n, "retriever": retriever, "ranker": ranker,
+                   "keep_unsupported": keep_unsupported, "limit": limit, **asdict(ft)}
+        manifest = make_manifest("warmup", options, inputs=hashes, seed=seed,
+                                 upstream=reader.upstream + [opened.manifest])
+        manifest["demonstrations"] = asdict(stats)
+        manifest["losses"] = {"first": losses[0], "last": losses[-1], "steps": len(losses)}
+        write_json_atomic(tmp / "warmup.manifest.json", manifest)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not quiet:
+        stderr.print(f"warm-up: {len(losses)} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}; checkpoint in {out}")
+
+
+def _write_demos(path: Path, demos, tokenizer) -> None:
+    with Writer(path) as w:
+        for d in demos:
+            w.write({"key": d.key, "role": d.role, "queries": d.queries, "answer_shown": d.answer_shown,
+                     "token_ids": d.token_ids, "mask": d.mask,
+                     "generated_text": tokenizer.decode([t for t, m in zip(d.token_ids, d.mask) if m])})

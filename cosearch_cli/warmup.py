@@ -1,0 +1,250 @@
+"""Supervised warm-up: demonstrations built from the data itself, and a brief fine-tune on them.
+
+A small model that never writes a valid action gives GRPO flat groups and nothing to learn. The warm-up
+shows it the formats first. For each training question it writes the trajectory a careful searcher would:
+  - sub-queries from the benchmark's own annotations: MuSiQue `question_decomposition` (with "#1" replaced
+    by the previous hop's answer), 2Wiki `evidences` ("subject relation"), HotpotQA-style
+    `supporting_titles`; single-hop questions search the question itself;
+  - observations from the real index, chosen by a ranker demonstration that puts answer-bearing candidates
+    first, then gold-title ones, then the retriever's order;
+  - the gold answer (the shortest alias that fits the answer budget).
+Prompts, observations and turns are exactly the rollout's (`agent.prompt_ids`, `agent.observation_text`,
+tags tokenised like the constraints), so the fine-tuned model meets the same token sequences at rollout.
+The loss is the update stage's masked token log-prob: cross-entropy on generated tokens only (turns, ranker
+outputs); prompts and observations are masked out.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from cosearch_cli import agent as agent_prompts
+from cosearch_cli import ranker as ranking
+from cosearch_cli.constrain import ConstraintLimits, agent_turn_ids, free_text, ranker_output_ids
+from cosearch_cli.errors import InputError
+from cosearch_cli.metrics import has_answer, normalize_answer
+from cosearch_cli.records import Passage, Question
+from cosearch_cli.rollout import RolloutConfig
+from cosearch_cli.update.batch import TrainSeq, collate, plan_micro_batches
+from cosearch_cli.update.logprobs import token_logprobs
+
+
+@dataclass
+class Demo:
+    """One demonstration: a token sequence and the mask of tokens the model should learn to generate."""
+
+    key: str  # "<question_id>/agent" or "<question_id>/ranker/t<turn>"
+    role: str  # "agent" | "ranker"
+    token_ids: list[int]
+    mask: list[int]
+    answer_shown: bool = False  # agent: some observation held a gold answer
+    queries: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DemoStats:
+    questions: int = 0
+    agent: int = 0
+    ranker: int = 0
+    skipped_no_evidence: int = 0
+    searches: int = 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sub-queries from the annotations
+
+
+_HOP_REF = re.compile(r"#(\d+)")
+
+
+def sub_queries(question: Question) -> list[str]:
+    """The searches a demonstration makes, in order (deduplicated, tag characters removed)."""
+    extra = question.extra
+    if extra.get("question_decomposition"):
+        queries, answers = [], []
+        for step in extra["question_decomposition"]:
+            text = _HOP_REF.sub(lambda m: _hop_answer(answers, int(m.group(1))), str(step.get("question", "")))
+            queries.append(text.replace(">>", " "))
+            answers.append(str(step.get("answer", "")))
+    elif extra.get("evidences"):
+        queries = [f"{triple[0]} {triple[1]}" for triple in extra["evidences"] if len(triple) >= 2]
+    elif len(question.supporting_titles) >= 2:
+        queries = list(question.supporting_titles)
+    else:
+        queries = [question.question]
+    out, seen = [], set()
+    for q in queries:
+        q = free_text(q, line=True)
+        if q and q.lower() not in seen:
+            seen.add(q.lower())
+            out.append(q)
+    return out
+
+
+def _hop_answer(answers: list[str], hop: int) -> str:
+    return answers[hop - 1] if 0 < hop <= len(answers) else ""
+
+
+def gold_titles(question: Question) -> set[str]:
+    titles = set(question.supporting_titles)
+    for triple in question.extra.get("evidences") or []:
+        if triple:
+            titles.add(str(triple[0]))
+    return {t.lower() for t in titles}
+
+
+def demo_ranking(question: Question, candidates: Sequence[Passage], k: int) -> tuple[list[int], str]:
+    """0-based order of the k passages to show (answer-bearing, then gold, then retriever order) and a reason."""
+    gold_ids = set(question.extra.get("gold_passage_ids") or [])
+    titles = gold_titles(question)
+    has = [has_answer(f"{p.title}\n{p.text}", question.answers) for p in candidates]
+    gold = [p.id in gold_ids or p.title.lower() in titles for p in candidates]
+    order = sorted(range(len(candidates)), key=lambda i: (not has[i], not gold[i], i))[:min(k, len(candidates))]
+    best = order[0]
+    if has[best]:
+        reason = f" [{best + 1}] mentions {pick_answer(question, 16, None)}."
+    elif gold[best]:
+        reason = f" [{best + 1}] is about {candidates[best].title}."
+    else:
+        reason = f" [{best + 1}] is closest to the query."
+    return order, reason
+
+
+def pick_answer(question: Question, max_tokens: int, tokenizer) -> str:
+    """The first gold alias, or the shortest one when the first does not fit the answer budget."""
+    answers = [free_text(a, line=True) for a in question.answers if free_text(a, line=True)]
+    if tokenizer is None or len(tokenizer.encode(f" {answers[0]}", add_special_tokens=False)) <= max_tokens:
+        return answers[0]
+    return min(answers, key=len)
+
+
+def _fit(tokenizer, text: str, max_tokens: int) -> str:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return text if len(ids) <= max_tokens else tokenizer.decode(ids[:max_tokens]).rstrip()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Demonstrations
+
+
+def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, config: RolloutConfig,
+                         limits: ConstraintLimits = ConstraintLimits(), require_evidence: bool = True,
+                         with_ranker: bool = True, stats: DemoStats | None = None) -> list[Demo]:
+    """Agent (and ranker) demonstrations for each question, in the rollout's exact token format.
+
+    With `require_evidence`, a question whose shown passages never hold a gold answer gives no agent
+    demonstration (it would teach answering from memory); its ranker demonstrations are kept.
+    """
+    stats = stats if stats is not None else DemoStats()
+    retriever = index.retriever(config.retriever)
+    demos: list[Demo] = []
+    for question in questions:
+        stats.questions += 1
+        queries = [_fit(tokenizer, f" {q}", limits.max_query).strip() for q in sub_queries(question)]
+        queries = [q for q in queries if q][:config.max_turns]
+        hit_lists = retriever.search(queries, config.top_n) if queries else []
+        prompt = agent_prompts.prompt_ids(tokenizer, question.question, config.max_turns, config.template)
+        ids, mask = list(prompt), [0] * len(prompt)
+        shown_answer = False
+        for turn, (query, hits) in enumerate(zip(queries, hit_lists)):
+            candidates = index.docs.get([h.id for h in hits])
+            order, reason = demo_ranking(question, candidates, config.k)
+            shown = [candidates[i] for i in order]
+            shown_answer |= any(has_answer(f"{p.title}\n{p.text}", question.answers) for p in shown)
+            if with_ranker and candidates:
+                r_prompt = ranking.prompt_ids(tokenizer, question.question, query, candidates, config.k,
+                                              config.ranker_passage_tokens)
+                output = ranker_output_ids(tokenizer, _fit(tokenizer, reason, limits.max_reason),
+                                           [i + 1 for i in order])
+                demos.append(Demo(f"{question.id}/ranker/t{turn}", "ranker", r_prompt + output,
+                                  [0] * len(r_prompt) + [1] * len(output), queries=[query]))
+                stats.ranker += 1
+            think = " I need to find more facts." if turn else " I should search for the facts I need."
+            turn_ids = agent_turn_ids(tokenizer, _fit(tokenizer, think, limits.max_think), "search", query)
+            last = turn + 1 >= config.max_turns
+            observation = agent_prompts.observation_text(tokenizer, shown, config.passage_tokens, last=last,
+                                                         template=config.template)
+            obs_ids = tokenizer.encode(observation, add_special_tokens=False)
+            ids += turn_ids + obs_ids
+            mask += [1] * len(turn_ids) + [0] * len(obs_ids)
+            stats.searches += 1
+        if require_evidence and not shown_answer:
+            stats.skipped_no_evidence += 1
+            continue
+        answer = pick_answer(question, limits.max_answer, tokenizer)
+        think = " The search results give the answer." if queries else " I know the answer."
+        final = agent_turn_ids(tokenizer, think, "answer", _fit(tokenizer, f" {answer}", limits.max_answer).strip())
+        demos.append(Demo(f"{question.id}/agent", "agent", ids + final, mask + [1] * len(final),
+                          answer_shown=shown_answer, queries=queries))
+        stats.agent += 1
+    return demos
+
+
+def check_no_overlap(train: Sequence[Question], excluded: Sequence[Question]) -> None:
+    """Refuse training questions that are also evaluation questions (same id or same normalised text)."""
+    ids = {q.id for q in excluded}
+    texts = {normalize_answer(q.question) for q in excluded}
+    clash = [q for q in train if q.id in ids or normalize_answer(q.question) in texts]
+    if clash:
+        raise InputError(f"{len(clash)} training question(s) are also evaluation questions, e.g. "
+                         f"{clash[0].id!r}: {clash[0].question!r}",
+                         fix="remove them from the training file (evaluation questions must stay unseen)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fine-tuning
+
+
+@dataclass
+class FinetuneConfig:
+    epochs: int = 1
+    """Passes over the demonstrations."""
+    lr: float = 5e-5
+    """AdamW learning rate (a short warm-up, not a long fine-tune)."""
+    token_budget: int = 4096
+    """Tokens (rows x longest row) per optimiser step."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping."""
+    seed: int = 0
+    """Shuffles the order of the steps."""
+
+
+def to_train_seqs(demos: Sequence[Demo]) -> list[TrainSeq]:
+    """Demonstrations as the update stage's sequences: advantage 1, temperature 1, no old log-probs."""
+    return [TrainSeq(d.key, d.token_ids, d.mask, [0.0] * len(d.token_ids), 1.0, 1.0) for d in demos]
+
+
+def sft_loss(model, seqs: Sequence[TrainSeq], pad_id: int = 0) -> torch.Tensor:
+    """Token-mean cross-entropy over the masked-in tokens only (the update's masking rules)."""
+    logp, _ = token_logprobs(model, collate(list(seqs), pad_id=pad_id))
+    return -logp.mean()
+
+
+def finetune(model, demos: Sequence[Demo], config: FinetuneConfig, *, pad_id: int = 0,
+             on_step: Callable[[int, int, float], None] | None = None) -> list[float]:
+    """A few epochs of AdamW on the demonstrations; returns the loss of every step."""
+    torch.manual_seed(config.seed)
+    plans = plan_micro_batches(to_train_seqs(demos), config.token_budget)
+    rng = random.Random(config.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    model.train()
+    losses: list[float] = []
+    total = len(plans) * config.epochs
+    for _ in range(config.epochs):
+        rng.shuffle(plans)
+        for plan in plans:
+            loss = sft_loss(model, plan, pad_id)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            losses.append(loss.item())
+            if on_step is not None:
+                on_step(len(losses), total, losses[-1])
+    model.eval()
+    return losses

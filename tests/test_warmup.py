@@ -1,0 +1,208 @@
+"""Warm-up demonstrations per dataset kind, the masked loss, and the checkpoint the CLI writes."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+import torch
+
+from cosearch_cli import ranker as ranking
+from cosearch_cli.agent import observation_text, parse_turn, prompt_ids
+from cosearch_cli.constrain import AgentConstraint, RankerConstraint, TokenClasses
+from cosearch_cli.records import Question, read_question
+from cosearch_cli.rollout import RolloutConfig
+from cosearch_cli.update.batch import TrainSeq
+from cosearch_cli.warmup import (build_demonstrations, check_no_overlap, demo_ranking, finetune, FinetuneConfig,
+                                 sft_loss, sub_queries)
+from cosearch_cli.errors import InputError
+from tests.conftest import run_cli
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def train_questions(fixtures_dir):
+    rows = (fixtures_dir / "train.jsonl").read_bytes().splitlines()
+    return [read_question(orjson.loads(line), "train.jsonl", i + 1) for i, line in enumerate(rows)]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory, fixtures_dir):
+    from cosearch_cli.index import open_index
+    from cosearch_cli.index.build import build_index
+    from cosearch_cli.index.corpus import Corpus
+
+    folder = tmp_path_factory.mktemp("warmup") / "ix"
+    build_index(Corpus(str(fixtures_dir / "corpus.jsonl")), folder)
+    return open_index(folder)
+
+
+def _first(questions, dataset):
+    return next(q for q in questions if q.dataset == dataset)
+
+
+def test_sub_queries_per_dataset_kind(train_questions):
+    musique = next(q for q in train_questions if q.id == "musique-2hop__334380_326459")
+    # "#1" is the first hop's answer; ">>" joins entity and relation
+    assert sub_queries(musique) == ["Black Hawk Township located in the administrative territorial entity",
+                                    "Jefferson County shares border with"]
+    wiki = next(q for q in train_questions if q.question == "Where was the husband of Jeanne Raunay born?")
+    assert sub_queries(wiki) == ["Jeanne Richomme Raunay spouse", "André Beaunier place of birth"]
+    hotpot = Question("h", "Which dog breed has more derivative breeds, German Spitz or Norfolk Spaniel?",
+                      ["German Spitz"], "hotpotqa", ["German Spitz", "Norfolk Spaniel"])
+    assert sub_queries(hotpot) == ["German Spitz", "Norfolk Spaniel"]
+    nq = _first(train_questions, "nq")
+    assert sub_queries(nq) == [nq.question]
+    popqa = Question("p", "Who was the composer of Bad Things?", ["Jace Everett"], "popqa",
+                     ["Bad Things (Jace Everett song)"])
+    assert sub_queries(popqa) == ["Who was the composer of Bad Things?"]  # one title would leak the answer
+
+
+def test_demo_ranking_puts_answer_bearing_then_gold_first():
+    from cosearch_cli.records import Passage
+
+    q = Question("q", "Where was the husband of Jeanne Raunay born?", ["Évreux"], "2wikimultihopqa",
+                 ["André Beaunier"], extra={"gold_passage_ids": ["g"]})
+    candidates = [Passage("a", "Paris", "A city."), Passage("g", "André Beaunier", "A critic."),
+                  Passage("b", "Évreux", "Évreux is a commune."), Passage("c", "Other", "Nothing.")]
+    order, reason = demo_ranking(q, candidates, 3)
+    assert order == [2, 1, 0]
+    assert reason == " [3] mentions Évreux."
+
+
+def test_demonstrations_match_the_rollout_format(train_questions, index, tiny_lm):
+    tokenizer = tiny_lm[1]
+    config = RolloutConfig(max_turns=2, top_n=10, k=3)
+    kinds = ["hotpotqa", "musique", "2wikimultihopqa", "nq"]
+    questions = [_first(train_questions, d) for d in kinds]
+    demos = build_demonstrations(questions, index=index, tokenizer=tokenizer, config=config,
+                                 require_evidence=False)
+    classes = TokenClasses(tokenizer)
+    agent_demos = {d.key.split("/")[0]: d for d in demos if d.role == "agent"}
+    assert len(agent_demos) == 4
+    for q in questions:
+        d = agent_demos[q.id]
+        prompt = prompt_ids(tokenizer, q.question, config.max_turns)
+        assert d.token_ids[:len(prompt)] == prompt and not any(d.mask[:len(prompt)])
+        # split the generated spans (mask 1) and the inserted spans (mask 0) after the prompt
+        spans, start = [], len(prompt)
+        for i in range(len(prompt) + 1, len(d.mask) + 1):
+            if i == len(d.mask) or d.mask[i] != d.mask[start]:
+                spans.append((d.mask[start], d.token_ids[start:i]))
+                start = i
+        turns = [ids for m, ids in spans if m == 1]
+        observations = [ids for m, ids in spans if m == 0]
+        assert len(turns) == len(d.queries) + 1 and len(observations) == len(d.queries)
+        for t, ids in enumerate(turns):
+            parsed = parse_turn(tokenizer.decode(ids))
+            last = t == len(turns) - 1
+            assert parsed.action == ("answer" if last else "search")
+            assert parsed.content == (q.answers[0] if last else d.queries[t])
+            constraint = AgentConstraint(classes, final=t == config.max_turns)
+            assert constraint.is_complete(ids)  # tokenised exactly as the constraint forces the tags
+        # each observation is the rollout's block for the passages the ranker demonstration chose
+        ranker_demos = [r for r in demos if r.key.startswith(f"{q.id}/ranker/")]
+        assert len(ranker_demos) == len(d.queries)
+        for t, (obs, r) in enumerate(zip(observations, ranker_demos)):
+            hits = index.retriever().search([d.queries[t]], config.top_n)[0]
+            candidates = index.docs.get([h.id for h in hits])
+            out_ids = [tok for tok, m in zip(r.token_ids, r.mask) if m]
+            text = tokenizer.decode(out_ids)
+            parsed = ranking.parse_ranking(text, len(candidates), config.k)
+            assert parsed.valid, text
+            assert RankerConstraint(classes, n=len(candidates), k=config.k).is_complete(out_ids)
+            shown = [candidates[i] for i in parsed.permutation]
+            expected = observation_text(tokenizer, shown, config.passage_tokens, last=t + 1 >= config.max_turns)
+            assert tokenizer.decode(obs) == expected
+    assert {q.dataset for q in questions} == set(kinds)
+
+
+def test_single_hop_demo_shows_the_answer_bearing_passage_first(train_questions, index, tiny_lm):
+    from cosearch_cli.metrics import has_answer
+
+    tokenizer = tiny_lm[1]
+    config = RolloutConfig(max_turns=2, top_n=10, k=3)
+    singles = [q for q in train_questions if q.dataset in ("nq", "triviaqa")]
+    demos = build_demonstrations(singles, index=index, tokenizer=tokenizer, config=config)
+    agent = [d for d in demos if d.role == "agent"]
+    assert agent and all(d.answer_shown and len(d.queries) == 1 for d in agent)
+    for d in [r for r in demos if r.role == "ranker" and f"{r.key.split('/')[0]}/agent" in {a.key for a in agent}]:
+        q = next(q for q in singles if d.key.startswith(q.id + "/"))
+        hits = index.retriever().search([q.question], config.top_n)[0]
+        candidates = index.docs.get([h.id for h in hits])
+        text = tokenizer.decode([t for t, m in zip(d.token_ids, d.mask) if m])
+        first = candidates[ranking.parse_ranking(text, len(candidates), config.k).permutation[0]]
+        assert has_answer(f"{first.title}\n{first.text}", q.answers)
+
+
+def test_overlap_with_evaluation_questions_is_refused(train_questions):
+    same_text = Question("other-id", train_questions[3].question.upper() + "?", ["x"])
+    with pytest.raises(InputError, match="also evaluation questions"):
+        check_no_overlap(train_questions, [same_text])
+    check_no_overlap(train_questions[:5], train_questions[5:])
+
+
+class _Logits:
+    """A stand-in model whose logits are one leaf tensor, so the gradient per position can be read."""
+
+    def __init__(self, logits):
+        self.leaf = logits
+
+    def __call__(self, input_ids, attention_mask, logits_to_keep, use_cache):
+        return type("Out", (), {"logits": self.leaf[:, logits_to_keep]})()
+
+
+def test_loss_masks_prompt_and_observation_tokens():
+    vocab = 7
+    ids = [1, 2, 3, 4, 5, 6, 2, 3]
+    mask = [0, 0, 1, 1, 0, 0, 1, 0]  # prompt, a turn, an observation, a turn, an observation
+    leaf = torch.zeros(1, len(ids), vocab, requires_grad=True)
+    loss = sft_loss(_Logits(leaf), [TrainSeq("d", ids, mask, [0.0] * len(ids), 1.0, 1.0)])
+    assert loss.item() == pytest.approx(torch.log(torch.tensor(7.0)).item())  # uniform logits: log V
+    loss.backward()
+    per_position = leaf.grad[0].abs().sum(-1)
+    # position t predicts token t+1: only predictions of mask-1 tokens (2, 3, 6) carry gradient
+    assert [bool(g > 0) for g in per_position] == [False, True, True, False, False, True, False, False]
+    # hand-computed: d(-mean log softmax)/d logit = (p - onehot) / 3 with p = 1/7
+    assert leaf.grad[0, 1, 3].item() == pytest.approx((1 / 7 - 1) / 3)
+    assert leaf.grad[0, 1, 0].item() == pytest.approx((1 / 7) / 3)
+
+
+def test_finetune_lowers_the_demo_loss(train_questions, index, tiny_lm):
+    import copy
+
+    model, tokenizer = tiny_lm
+    model = copy.deepcopy(model)
+    config = RolloutConfig(max_turns=1, top_n=5, k=2, passage_tokens=16, ranker_passage_tokens=8)
+    demos = build_demonstrations(train_questions[:4], index=index, tokenizer=tokenizer, config=config,
+                                 require_evidence=False)
+    losses = finetune(model, demos, FinetuneConfig(epochs=4, lr=3e-3, token_budget=4096),
+                      pad_id=tokenizer.pad_token_id)
+    assert losses[-1] < losses[0] - 0.5, losses
+
+
+def test_cli_writes_a_checkpoint_that_loads(tmp_path, tiny_lm, fixtures_dir, index):
+    from cosearch_cli.models import load_causal_lm
+
+    model, tokenizer = tiny_lm
+    base = tmp_path / "tiny"
+    model.save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    out = tmp_path / "warm"
+    args = ["warmup", "--questions", fixtures_dir / "train.jsonl", "--index", index.folder, "--model", base,
+            "--out", out, "--limit", "6", "--max-turns", "1", "--k", "2", "--exclude", fixtures_dir / "dev.jsonl",
+            "--keep-unsupported", "--quiet"]
+    result = run_cli(*args)
+    assert result.exit_code == 0, result.stderr
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    manifest = orjson.loads((out / "warmup.manifest.json").read_bytes())
+    assert manifest["stage"] == "warmup" and manifest["demonstrations"]["agent"] == 6
+    rows = [orjson.loads(line) for line in (out / "demonstrations.jsonl").read_bytes().splitlines()]
+    assert {r["role"] for r in rows} == {"agent", "ranker"}
+    loaded, _ = load_causal_lm(str(out))
+    assert not torch.equal(loaded.model.embed_tokens.weight, model.model.embed_tokens.weight)  # it trained
+    again = run_cli(*args)
+    assert again.exit_code == 8 and "already exists" in again.stderr
+    clash = run_cli(*args[:-2], "--exclude", fixtures_dir / "train.jsonl", "--overwrite", "--quiet")
+    assert clash.exit_code == 3 and "also evaluation questions" in clash.stderr
