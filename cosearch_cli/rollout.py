@@ -71,7 +71,7 @@ class RolloutConfig:
     seed: int = 0
     """Base seed; every row derives its own from it."""
     max_new_tokens: int = 80
-    """Agent tokens per turn."""
+    """Agent tokens per turn (raised to a decoding constraint's own bound, so a constrained turn can finish)."""
     ranker_max_new_tokens: int = 64
     """Ranker tokens per call (reason + ranking)."""
     passage_tokens: int = 48
@@ -133,6 +133,27 @@ def preset(name: str, **overrides) -> RolloutConfig:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}", fix=f"use one of {', '.join(PRESETS)}")
     return replace(RolloutConfig(**PRESETS[name]), **overrides)
+
+
+def constraint_factories(roles: str, agent_name: str, agent: GenerationBackend,
+                         ranker: GenerationBackend | None) -> tuple[ConstraintFactory | None, ConstraintFactory | None]:
+    """Factories for `--constrain` roles ("auto": on for the embedded model, "none", "agent,ranker")."""
+    from cosearch_cli.constrain import make_constraints, parse_roles
+
+    wanted = parse_roles(roles, agent_name)
+    agent_factory = ranker_factory = None
+    if "agent" in wanted:
+        for_agent = make_constraints({"agent"}, agent.tokenizer, vocab_size=_vocab_size(agent))
+        agent_factory = lambda ctx: for_agent.agent(final=ctx.last_turn)  # noqa: E731
+    if "ranker" in wanted and ranker is not None:
+        for_ranker = make_constraints({"ranker"}, ranker.tokenizer, vocab_size=_vocab_size(ranker))
+        ranker_factory = lambda ctx: for_ranker.ranker(n=ctx.n_candidates, k=ctx.k)  # noqa: E731
+    return agent_factory, ranker_factory
+
+
+def _vocab_size(backend) -> int | None:
+    """The width of the model's logits (embedding matrices are often padded past the tokenizer)."""
+    return getattr(getattr(getattr(backend, "model", None), "config", None), "vocab_size", None)
 
 
 @dataclass
@@ -235,6 +256,13 @@ def _settings(config: RolloutConfig, max_new_tokens: int, stop: tuple[str, ...])
                             greedy=config.greedy, stop=stop, seed=config.seed)
 
 
+def _budget(max_new_tokens: int, requests: list[GenerationRequest]) -> int:
+    """Room for the longest output a constraint allows: cutting a constrained output short would make it
+    invalid by construction."""
+    bounds = [getattr(r.constraint, "max_tokens", 0) or 0 for r in requests if r.constraint is not None]
+    return max([max_new_tokens, *bounds])
+
+
 def _agent_turn(live: list[_Live], agent: GenerationBackend, config: RolloutConfig,
                 stats: RolloutStats) -> list[_Live]:
     """One generation for every live trajectory; returns those that searched (they await an observation)."""
@@ -249,7 +277,7 @@ def _agent_turn(live: list[_Live], agent: GenerationBackend, config: RolloutConf
                                           seed=derive_seed(config.seed, traj.question.id, traj.sample, turn,
                                                            "agent")))
     started = time.perf_counter()
-    generations = agent.generate(requests, _settings(config, config.max_new_tokens, AGENT_STOPS))
+    generations = agent.generate(requests, _settings(config, _budget(config.max_new_tokens, requests), AGENT_STOPS))
     stats.agent_seconds += time.perf_counter() - started
     searching = []
     for traj, gen in zip(live, generations):
@@ -341,7 +369,8 @@ def _rank_llm(calls: list[RankerCall], searching: list[_Live], passages: dict, b
                                           seed=derive_seed(config.seed, traj.question.id, traj.sample, call.turn,
                                                            "ranker")))
     started = time.perf_counter()
-    generations = backend.generate(requests, _settings(config, config.ranker_max_new_tokens, RANKER_STOPS))
+    budget = _budget(config.ranker_max_new_tokens, requests)
+    generations = backend.generate(requests, _settings(config, budget, RANKER_STOPS))
     stats.ranker_seconds += time.perf_counter() - started
     for call, gen in zip(calls, generations):
         parsed = ranking.parse_ranking(gen.text, len(call.candidate_ids), config.k, lenient=config.lenient_ranker)

@@ -48,12 +48,14 @@ app = typer.Typer(
 STAGE_MODULES: tuple[str, ...] = (
     "index",
     "search",
+    "rollout",
     "evaluate",
     "oracle",
     "group",
     "reward",
     "update",
     "warmup",
+    "train",
 )
 
 

@@ -1,0 +1,166 @@
+"""Rollout speed: batched `run_rollouts` against a naive loop with batch-1 `model.generate`.
+
+Both modes run the same questions, model, settings and rollout code; they differ only in how generation is
+batched:
+  batched  run_rollouts as `cosearch rollout` runs it: every live trajectory of every question in flight
+           generates together (transformers backend, KV cache, rows leave the batch when they stop), all
+           ranker calls of a turn form one batch, all sub-queries one retrieval batch.
+  naive    one question in flight, and every sequence (agent turn or ranker call) is its own
+           `model.generate` call with batch size 1: one trajectory at a time.
+Each mode runs in its own process (so peak RSS is its own); the driver prints a Markdown table.
+
+    .venv/bin/python bench/bench_rollout.py --questions 4 --n 4            # both modes, Markdown to stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Batch1Generate:
+    """A GenerationBackend that calls Hugging Face `model.generate` once per sequence (the naive baseline)."""
+
+    name = "hf-batch1"
+
+    def __init__(self, model, tokenizer):
+        self.model, self._tokenizer = model, tokenizer
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    def generate(self, requests, settings):
+        return [self._one(r, settings) for r in requests]
+
+    def _one(self, request, settings):
+        import torch
+        from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
+        from cosearch_cli.generation.base import Generation
+
+        prompt_len = len(request.prompt_ids)
+        constraint = request.constraint
+
+        def mask_logits(input_ids, scores):
+            if constraint is not None:
+                mask = constraint.allowed(input_ids[0, prompt_len:].tolist())
+                if mask is not None:
+                    allowed = torch.zeros(scores.shape[-1], dtype=torch.bool)
+                    allowed[:len(mask)] = torch.as_tensor(mask)[:scores.shape[-1]]
+                    scores = scores.masked_fill(~allowed, float("-inf"))
+            return scores
+
+        class Complete(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                done = constraint is not None and constraint.is_complete(input_ids[0, prompt_len:].tolist())
+                return torch.tensor([done])
+
+        torch.manual_seed(request.seed or settings.seed)
+        with torch.inference_mode():
+            out = self.model.generate(
+                torch.tensor([request.prompt_ids]), attention_mask=torch.ones(1, prompt_len, dtype=torch.long),
+                max_new_tokens=settings.max_new_tokens, do_sample=not settings.greedy,
+                temperature=settings.temperature if not settings.greedy else None,
+                top_p=settings.top_p if not settings.greedy else None, top_k=None,
+                stop_strings=list(settings.stop) or None, tokenizer=self._tokenizer,
+                logits_processor=LogitsProcessorList([mask_logits]),
+                stopping_criteria=StoppingCriteriaList([Complete()]),
+                output_logits=True, return_dict_in_generate=True, pad_token_id=self._tokenizer.pad_token_id)
+        ids = out.sequences[0, prompt_len:].tolist()
+        temperature = 1.0 if settings.greedy else settings.temperature
+        logprobs = [torch.log_softmax(step[0] / temperature, -1)[t].item() for step, t in zip(out.logits, ids)]
+        return Generation(ids, self._tokenizer.decode(ids, skip_special_tokens=False), logprobs)
+
+
+def run_mode(mode: str, args) -> dict:
+    from dataclasses import replace
+
+    from cosearch_cli.generation.hf import HFBackend
+    from cosearch_cli.index import build_index, open_index
+    from cosearch_cli.index.corpus import Corpus
+    from cosearch_cli.models import load_causal_lm
+    from cosearch_cli.records import read_question
+    from cosearch_cli.rollout import RolloutConfig, RolloutStats, constraint_factories, run_rollouts
+
+    folder = Path(args.index)
+    if not folder.is_dir():
+        build_index(Corpus(str(ROOT / "fixtures" / "corpus.jsonl")), folder, bm25=True)
+    index = open_index(folder)
+    lines = (ROOT / "fixtures" / "dev.jsonl").read_text().splitlines()[:args.questions]
+    questions = [read_question(json.loads(line), "dev.jsonl", i) for i, line in enumerate(lines, 1)]
+    model, tokenizer = load_causal_lm("smollm2")
+    backend = HFBackend(model, tokenizer) if mode == "batched" else Batch1Generate(model, tokenizer)
+    config = RolloutConfig(n=args.n, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                           question_chunk=args.questions if mode == "batched" else 1, retriever="bm25")
+    agent_c, ranker_c = constraint_factories(args.constrain, "smollm2", HFBackend(model, tokenizer),
+                                             HFBackend(model, tokenizer))
+    config = replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
+    stats = RolloutStats()
+    started = time.perf_counter()
+    records = list(run_rollouts(questions, agent=backend, ranker_backend=backend, index=index, config=config,
+                                stats=stats))
+    wall = time.perf_counter() - started
+    trajs = [t for r in records for t in r.trajectories]
+    calls = [c for r in records for c in r.ranker_calls]
+    return {"mode": mode, "wall_s": wall, "agent_s": stats.agent_seconds, "ranker_s": stats.ranker_seconds,
+            "retrieval_s": stats.retrieval_seconds, "agent_tokens": stats.agent_tokens,
+            "ranker_tokens": stats.ranker_tokens, "trajectories": len(trajs), "ranker_calls": len(calls),
+            "format_ok": sum(t.format_ok for t in trajs), "ranker_valid": sum(c.valid for c in calls),
+            "searches": sum(t.n_searches for t in trajs),
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| mode | wall s | generated tokens (agent + ranker) | tokens/s | agent s | ranker s | retrieval s | "
+           "other s | peak RSS GiB | searches | ranker calls (valid) | format ok |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        tokens = r["agent_tokens"] + r["ranker_tokens"]
+        other = r["wall_s"] - r["agent_s"] - r["ranker_s"] - r["retrieval_s"]
+        out.append(f"| {r['mode']} | {r['wall_s']:.1f} | {tokens} ({r['agent_tokens']} + {r['ranker_tokens']}) | "
+                   f"{tokens / r['wall_s']:.1f} | {r['agent_s']:.1f} | {r['ranker_s']:.1f} | {r['retrieval_s']:.2f} | "
+                   f"{other:.1f} | {r['peak_rss_gib']:.2f} | {r['searches']} | {r['ranker_calls']} "
+                   f"({r['ranker_valid']}) | {r['format_ok']}/{r['trajectories']} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--questions", type=int, default=4, help="first Q questions of fixtures/dev.jsonl")
+    parser.add_argument("--n", type=int, default=4, help="G trajectories per question")
+    parser.add_argument("--max-turns", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=80)
+    parser.add_argument("--constrain", default="agent,ranker", help="roles with constrained decoding")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--index", default="/tmp/cosearch-bench-index", help="BM25 fixture index (built if missing)")
+    parser.add_argument("--mode", choices=["batched", "naive"], help="run one mode and print JSON (internal)")
+    args = parser.parse_args()
+    if args.mode:
+        print(json.dumps(run_mode(args.mode, args)))
+        return
+    rows = []
+    for mode in ("batched", "naive"):
+        cmd = [sys.executable, __file__, "--mode", mode] + [
+            a for a in sys.argv[1:] if a != "--mode"]
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if done.returncode != 0:
+            sys.exit(f"{mode} failed:\n{done.stderr[-3000:]}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"{mode} done: {rows[-1]['wall_s']:.0f} s", file=sys.stderr)
+    batched, naive = rows
+    rate = lambda r: (r["agent_tokens"] + r["ranker_tokens"]) / r["wall_s"]  # noqa: E731
+    print(table(rows))
+    print(f"\nspeed-up (generated tokens/s, batched / naive): {rate(batched) / rate(naive):.1f}x")
+
+
+if __name__ == "__main__":
+    main()

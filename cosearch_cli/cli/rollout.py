@@ -1,0 +1,144 @@
+"""`cosearch rollout`: G agent trajectories per question with the ranker in the loop, streamed as JSONL."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from cosearch_cli.artifacts import Reader, Writer, make_manifest
+from cosearch_cli.cli import app
+from cosearch_cli.cli.common import Output, Quiet, Seed, progress, stderr
+from cosearch_cli.errors import ConfigError, InputError, RecordError
+from cosearch_cli.records import Question, read_question
+
+
+def read_questions(path: str) -> tuple[list[Question], Reader]:
+    """All questions, checked before any model loads, so a bad line fails the run before anything is written."""
+    reader = Reader.open(path)
+    questions, seen = [], {}
+    for row in reader.rows():
+        question = read_question(row.data, row.path, row.line)
+        if question.id in seen:
+            raise RecordError(f"question {question.id!r} appears twice (first at line {seen[question.id]})",
+                              path=row.path, line=row.line, fix="give each question a unique id")
+        seen[question.id] = row.line
+        questions.append(question)
+    if not questions:
+        raise InputError("no questions in the file", path=path, fix="pass a JSONL file with one question a line")
+    return questions, reader
+
+
+def parse_shard(value: str | None) -> tuple[int, int]:
+    """`i/N` -> (i, N), 0 <= i < N; questions go round-robin, so shard i holds questions i, i+N, i+2N, ..."""
+    if value is None:
+        return 0, 1
+    try:
+        i, n = (int(part) for part in value.split("/"))
+    except ValueError:
+        i, n = -1, 0
+    if not 0 <= i < n:
+        raise ConfigError(f"--shard {value!r} is not i/N with 0 <= i < N", fix="e.g. --shard 0/4 ... --shard 3/4")
+    return i, n
+
+
+@app.command("rollout")
+def rollout(
+    questions: Annotated[str, typer.Option(help="Question JSONL (id, question, answers), or - for stdin.")],
+    index: Annotated[str, typer.Option(help="Index folder from `cosearch index`.")],
+    n: Annotated[int | None, typer.Option(help="G: trajectories per question (default: the preset's).")] = None,
+    agent: Annotated[str, typer.Option(help="Agent model: 'smollm2' (embedded) or a local HF folder.")] = "smollm2",
+    ranker: Annotated[Literal["llm", "none", "oracle"], typer.Option(
+        help="llm: generative listwise ranker; none: the retriever's top-K (Search-R1); oracle: candidates "
+             "holding a gold answer first.")] = "llm",
+    ranker_model: Annotated[str | None, typer.Option(
+        help="Ranker model for --ranker llm (default: the agent's model, loaded once).")] = None,
+    backend: Annotated[Literal["hf", "vllm"], typer.Option(
+        help="Generation backend: hf (transformers) or vllm (pip install 'cosearch[vllm]').")] = "hf",
+    preset: Annotated[Literal["cpu", "paper"], typer.Option(
+        help="cpu: G=4 N=10 K=3 T=2, 80 new tokens a turn, 48-token passages (fits a 2-core CPU). paper: "
+             "G=8 N=50 K=5 T=6, 500 new tokens a turn, 160-token passages. Options below override it.")] = "cpu",
+    max_turns: Annotated[int | None, typer.Option(help="T: search turns allowed; then the agent must answer.")] = None,
+    top_n: Annotated[int | None, typer.Option(help="N: retriever candidates per search (the ranker's input).")] = None,
+    k: Annotated[int | None, typer.Option(help="K: passages the ranker picks and the agent sees.")] = None,
+    greedy: Annotated[bool, typer.Option("--greedy", help="Argmax decoding (evaluation); default: sampling.")] = False,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (log-probs are recorded at it).")] = 1.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass.")] = 1.0,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Agent tokens per turn (default: the preset's).")] = None,
+    passage_tokens: Annotated[int | None, typer.Option(
+        help="Tokens of each passage shown to the agent (default: the preset's).")] = None,
+    question_chunk: Annotated[int | None, typer.Option(
+        help="Questions in flight at once (batch = G x this); bounds memory.")] = None,
+    retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
+    encoder: Annotated[str | None, typer.Option(
+        help="Query encoder the dense index must have been built with (checked; default: the index's).")] = None,
+    constrain: Annotated[str, typer.Option(
+        help="Constrained decoding: auto (on for the embedded model), none, or agent,ranker.")] = "auto",
+    lenient_ranker: Annotated[bool, typer.Option(
+        "--lenient-ranker", help="Repair invalid llm rankings (keep valid ids, fill in retriever order) instead "
+                                 "of falling back to the retriever's top-K; for evaluation.")] = False,
+    shard: Annotated[str | None, typer.Option(
+        help="i/N: run only the i-th (0-based) of N round-robin slices of the questions (job arrays).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Run only the first L questions (after --shard).")] = None,
+    seed: Seed = 0,
+    output: Output = "-",
+    quiet: Quiet = False,
+) -> None:
+    """Run the search agent G times per question; every search goes retriever top-N -> ranker -> K passages.
+
+    Streams one JSON line per finished question (its G trajectories with token ids, loss mask and log-probs,
+    and every ranker call) to stdout or -o, then the manifest (last line on stdout, a sidecar for a file).
+    Pipe it into `cosearch group`.
+    """
+    from cosearch_cli.index import open_index
+    from cosearch_cli.rollout import RolloutStats, constraint_factories, load_backend, preset as make_preset
+    from cosearch_cli.rollout import run_rollouts
+
+    overrides = dict(n=n, max_turns=max_turns, top_n=top_n, k=k, max_new_tokens=max_new_tokens,
+                     passage_tokens=passage_tokens, question_chunk=question_chunk)
+    config = make_preset(preset, ranker=ranker, greedy=greedy, temperature=temperature, top_p=top_p, seed=seed,
+                         lenient_ranker=lenient_ranker, retriever=retriever,
+                         **{key: value for key, value in overrides.items() if value is not None})
+    shard_i, shard_n = parse_shard(shard)
+    if limit is not None and limit < 1:
+        raise ConfigError("--limit must be at least 1", fix="leave it out to run every question")
+    config.check(has_ranker_backend=True)
+
+    all_questions, reader = read_questions(questions)
+    todo = all_questions[shard_i::shard_n][:limit]
+    opened = open_index(index)
+    opened.retriever(retriever, encoder=encoder)  # fails now (not mid-run) on a missing or mismatched index
+    ranker_model = ranker_model or agent
+    agent_backend = load_backend(agent, backend)
+    ranker_backend = None
+    if ranker == "llm":
+        ranker_backend = agent_backend if ranker_model == agent else load_backend(ranker_model, backend)
+    agent_c, ranker_c = constraint_factories(constrain, agent, agent_backend, ranker_backend)
+    config = replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
+
+    options = {"questions": questions, "index": str(Path(index).resolve()), "agent": agent,
+               "ranker_model": ranker_model if ranker == "llm" else None, "backend": backend, "preset": preset,
+               "shard": f"{shard_i}/{shard_n}", "limit": limit, "encoder": encoder, **config.sampling()}
+    stats = RolloutStats()
+    with Writer(output) as writer, progress(quiet) as bar:
+        task = bar.add_task("rollout", total=len(todo))
+        for record in run_rollouts(todo, agent=agent_backend, ranker_backend=ranker_backend, index=opened,
+                                   config=config, stats=stats):
+            writer.write(record)
+            bar.advance(task)
+        writer.manifest = make_manifest("rollout", options, inputs=reader.hashes, seed=seed,
+                                        upstream=reader.upstream + [opened.manifest])
+    if not quiet:
+        stderr.print(summary(stats))
+
+
+def summary(stats) -> str:
+    spent = stats.agent_seconds + stats.ranker_seconds + stats.retrieval_seconds
+    rate = (stats.agent_tokens + stats.ranker_tokens) / spent if spent else 0.0
+    invalid = f", {stats.ranker_invalid}/{stats.ranker_calls} invalid" if stats.ranker_tokens else ""
+    return (f"{stats.trajectories} trajectories, {stats.format_failures} format failures; ranker calls "
+            f"{stats.ranker_calls}{invalid}; {stats.agent_tokens + stats.ranker_tokens} tokens at {rate:.1f}/s; "
+            f"agent {stats.agent_seconds:.1f} s, ranker {stats.ranker_seconds:.1f} s, retrieval "
+            f"{stats.retrieval_seconds:.1f} s")

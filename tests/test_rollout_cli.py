@@ -1,0 +1,142 @@
+"""`cosearch rollout` end to end: streaming output, manifest, seeds, shards, and every bad-input error."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cosearch_cli.records import read_rollout
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory, fixtures_dir):
+    """A real BM25 + dense (shipped MiniLM vectors) index over the fixture corpus."""
+    from conftest import run_cli
+
+    folder = tmp_path_factory.mktemp("idx") / "fixture"
+    result = run_cli("index", "fixture", "--out", folder, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, tiny_lm):
+    model, tokenizer = tiny_lm
+    folder = tmp_path_factory.mktemp("tiny") / "llama"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def questions_file(tmp_path_factory, fixtures_dir):
+    path = tmp_path_factory.mktemp("q") / "q.jsonl"
+    path.write_text("".join((fixtures_dir / "dev.jsonl").read_text().splitlines(keepends=True)[:4]))
+    return path
+
+
+def _lines(stdout: str) -> list[dict]:
+    return [orjson.loads(line) for line in stdout.splitlines()]
+
+
+def test_streams_records_then_manifest_and_repeats_with_the_same_seed(cli, index_dir, tiny_dir, questions_file):
+    args = ("rollout", "--questions", questions_file, "--index", index_dir, "--agent", tiny_dir, "--n", "2",
+            "--max-new-tokens", "6", "--limit", "2", "--constrain", "none", "--seed", "3", "--quiet")
+    first = cli(*args)
+    assert first.exit_code == 0, first.stderr
+    rows = _lines(first.stdout)
+    assert [r["kind"] for r in rows] == ["rollout", "rollout", "manifest"]
+    ids = [json.loads(line)["id"] for line in questions_file.read_text().splitlines()]
+    assert [r["question_id"] for r in rows[:2]] == ids[:2]
+    record = read_rollout(rows[0], "<stdout>", 1)
+    assert len(record.trajectories) == 2 and record.sampling["n"] == 2 and record.sampling["seed"] == 3
+    for traj in record.trajectories:
+        assert sum(traj.loss_mask) == sum(len(t.token_ids) for t in traj.turns) > 0
+    manifest = rows[-1]
+    assert manifest["stage"] == "rollout" and manifest["seed"] == 3
+    assert manifest["options"]["agent"] == str(tiny_dir) and manifest["options"]["ranker"] == "llm"
+    assert manifest["upstream"][-1]["stage"] == "index"
+    again = cli(*args)
+    assert again.stdout.splitlines()[:2] == first.stdout.splitlines()[:2]
+    other = cli(*args[:-3], "4", "--quiet")
+    assert other.stdout.splitlines()[:2] != first.stdout.splitlines()[:2]
+
+
+def test_shard_limit_and_file_output(cli, index_dir, tiny_dir, questions_file, tmp_path):
+    out = tmp_path / "shard1.jsonl"
+    result = cli("rollout", "--questions", questions_file, "--index", index_dir, "--agent", tiny_dir, "--n", "1",
+                 "--ranker", "oracle", "--max-new-tokens", "4", "--shard", "1/2", "--constrain", "none", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "" and "trajectories" in result.stderr  # summary on stderr, data in the file
+    ids = [json.loads(line)["id"] for line in questions_file.read_text().splitlines()]
+    assert [r["question_id"] for r in _lines(out.read_text())] == [ids[1], ids[3]]
+    manifest = json.loads((tmp_path / "shard1.manifest.json").read_text())
+    assert manifest["options"]["shard"] == "1/2" and manifest["options"]["ranker"] == "oracle"
+
+
+def _error(result, code: int, text: str) -> None:
+    assert result.exit_code == code, (result.exit_code, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and text in lines[-1], lines
+    assert result.stdout == ""
+
+
+def test_unknown_model_path(cli, index_dir, questions_file, tmp_path):
+    out = tmp_path / "r.jsonl"
+    result = cli("rollout", "--questions", questions_file, "--index", index_dir, "--agent", tmp_path / "nope",
+                 "-o", out)
+    _error(result, 5, "not found (not a folder, not in the Hugging Face cache)")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_question_without_answers(cli, index_dir, tiny_dir, tmp_path):
+    bad = tmp_path / "q.jsonl"
+    bad.write_text('{"id": "a", "question": "q?", "answers": ["x"]}\n{"id": "b", "question": "q?", "answers": []}\n')
+    out = tmp_path / "r.jsonl"
+    result = cli("rollout", "--questions", bad, "--index", index_dir, "--agent", tiny_dir, "-o", out)
+    _error(result, 3, f"{bad}:2: question 'b' has no gold answers")
+    assert not out.exists()
+
+
+def test_question_file_that_is_not_jsonl(cli, index_dir, tiny_dir, tmp_path):
+    bad = tmp_path / "q.csv"
+    bad.write_text("id,question,answers\nq1,who?,x\n")
+    result = cli("rollout", "--questions", bad, "--index", index_dir, "--agent", tiny_dir)
+    _error(result, 3, f"{bad}:1: not valid JSON")
+
+
+def test_index_built_with_another_encoder(cli, index_dir, tiny_dir, questions_file):
+    result = cli("rollout", "--questions", questions_file, "--index", index_dir, "--agent", tiny_dir,
+                 "--retriever", "dense", "--encoder", tiny_dir)
+    _error(result, 6, "index was built with encoder 'minilm'")
+
+
+def test_missing_index_and_bad_options(cli, tiny_dir, questions_file, tmp_path):
+    _error(cli("rollout", "--questions", questions_file, "--index", tmp_path / "none", "--agent", tiny_dir), 6,
+           "no index folder here")
+    _error(cli("rollout", "--questions", questions_file, "--index", tmp_path, "--shard", "2/2"), 4,
+           "--shard '2/2' is not i/N")
+    _error(cli("rollout", "--questions", questions_file, "--index", tmp_path, "--k", "20"), 4,
+           "top_n (10) must be at least k (20)")
+
+
+@pytest.mark.slow
+def test_embedded_smollm2_end_to_end(cli, index_dir, questions_file):
+    result = cli("rollout", "--questions", questions_file, "--index", index_dir, "--n", "2", "--limit", "2",
+                 "--max-new-tokens", "16", "--max-turns", "1", "--constrain", "none", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    rows = _lines(result.stdout)
+    assert [r["kind"] for r in rows] == ["rollout", "rollout", "manifest"]
+    from cosearch_cli.models import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2")
+    for row in rows[:2]:
+        record = read_rollout(row, "<stdout>", 1)
+        for traj in record.trajectories:
+            masked_in = [tok for tok, m in zip(traj.token_ids, traj.loss_mask) if m]
+            assert tokenizer.decode(masked_in) == "".join(t.text for t in traj.turns)
+            assert tokenizer.decode(traj.token_ids[:traj.prompt_len]).endswith("<|im_start|>assistant\n")
+            assert traj.format_ok == (traj.answer is not None)
