@@ -267,21 +267,22 @@ def check_grouped(record: RolloutRecord, path: str, line: int) -> None:
 # --- reporting ----------------------------------------------------------------------------------------------
 
 
-def summary_rows(records: Iterable[RolloutRecord]) -> list[dict]:
-    """One row per group: what the --summary Parquet holds."""
-    return [{"question_id": r.question_id, "group": g.id, "role": g.role, "size": len(g.members),
-             "kept": g.kept, "reason": g.reason} for r in records for g in r.groups]
+def summary_rows(groups: Iterable[tuple[str, list[GroupInfo]]]) -> list[dict]:
+    """One row per group, from (question_id, groups) pairs: what the --summary Parquet holds."""
+    return [{"question_id": qid, "group": g.id, "role": g.role, "size": len(g.members), "kept": g.kept,
+             "reason": g.reason} for qid, question_groups in groups for g in question_groups]
 
 
-def describe_groups(records: Iterable[RolloutRecord]) -> str:
-    """A few lines for stderr: groups formed, kept and dropped per role, with the reasons counted."""
+def describe_groups(groups: Iterable[tuple[str, list[GroupInfo]]]) -> str:
+    """A few lines for stderr from (question_id, groups) pairs: groups formed, kept and dropped per role,
+    with the reasons counted."""
     formed = {AGENT: 0, RANKER: 0}
     kept = {AGENT: 0, RANKER: 0}
     members_kept = {AGENT: 0, RANKER: 0}
     reasons = {AGENT: Counter(), RANKER: Counter()}
     excluded = Counter()
-    for record in records:
-        for g in record.groups:
+    for _, question_groups in groups:
+        for g in question_groups:
             if g.reason in (FORMAT_FAILURE, NOT_TRAINED):
                 excluded[g.reason] += len(g.members)
                 continue

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Annotated, Literal
 
+import orjson
 import typer
 
 from cosearch_cli import grouping
-from cosearch_cli.artifacts import Reader, Writer, make_manifest
+from cosearch_cli.artifacts import Reader, Writer, dumps, make_manifest
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import Inputs, Output, Quiet, stderr
 from cosearch_cli.errors import NothingToDo, RecordError
-from cosearch_cli.records import RolloutRecord, read_rollout
+from cosearch_cli.records import GroupInfo, RolloutRecord, read_rollout
 
 Preset = Annotated[Literal["paper", "official"], typer.Option(
     help="Named settings: paper (size >= k_min) or official code (size > k_min); "
@@ -22,43 +24,52 @@ Summary = Annotated[str | None, typer.Option(help="Also write one row per group 
                                                   "kept, reason) to this .parquet or .jsonl path.")]
 
 
-def read_records(inputs: list[str], min_stage: str, check) -> tuple[list[RolloutRecord], Reader]:
-    """Every record of the inputs, checked; refuses a question that appears twice (e.g. overlapping shards)."""
+def iter_records(inputs: list[str], min_stage: str, check) -> tuple[Reader, Iterator[RolloutRecord]]:
+    """The inputs' records, each checked as it is read; a question that appears twice (e.g. overlapping
+    shards) is refused."""
     reader = Reader.open(inputs or ["-"])
-    records, first_seen = [], {}
+
+    def records() -> Iterator[RolloutRecord]:
+        first_seen: dict[str, str] = {}
+        for row in reader.rows():
+            record = read_rollout(row.data, row.path, row.line, min_stage=min_stage)
+            if record.question_id in first_seen:
+                raise RecordError(f"question {record.question_id!r} appears twice (first at "
+                                  f"{first_seen[record.question_id]})", path=row.path, line=row.line,
+                                  fix="pass each question's rollouts once: shards must not overlap")
+            first_seen[record.question_id] = f"{row.path}:{row.line}"
+            check(record, row.path, row.line)
+            yield record
+
+    return reader, records()
+
+
+def read_records(inputs: list[str], min_stage: str, check) -> tuple[list[RolloutRecord], Reader]:
+    """Every record of the inputs in memory (for stages that need the whole batch), checked."""
+    reader, records = iter_records(inputs, min_stage, check)
     # Records are acyclic, yet building millions of small objects keeps triggering full collections that
     # rescan everything read so far (measured: 3x slower reads). Collect never while reading, then freeze
     # what was read so later collections skip it.
     gc.disable()
     try:
-        for row in reader.rows():
-            records.append(_read_one(row, min_stage, check, first_seen))
+        out = list(records)
     finally:
         gc.freeze()
         gc.enable()
-    if not records:
+    if not out:
         raise NothingToDo("the input holds no rollout records", fix="check the upstream stage's output")
-    return records, reader
+    return out, reader
 
 
-def _read_one(row, min_stage: str, check, first_seen: dict) -> RolloutRecord:
-    record = read_rollout(row.data, row.path, row.line, min_stage=min_stage)
-    if record.question_id in first_seen:
-        raise RecordError(f"question {record.question_id!r} appears twice (first at "
-                          f"{first_seen[record.question_id]})", path=row.path, line=row.line,
-                          fix="pass each question's rollouts once: shards must not overlap")
-    first_seen[record.question_id] = f"{row.path}:{row.line}"
-    check(record, row.path, row.line)
-    return record
-
-
-def write_records(records: list[RolloutRecord], output: str, summary: str | None, manifest: dict) -> None:
+def write_outputs(items: list, groups: list[tuple[str, list[GroupInfo]]], output: str, summary: str | None,
+                  manifest: dict) -> None:
+    """Records (or their serialised lines) to `output`, one row per group to `summary`, both atomically."""
     with Writer(output) as writer:
-        writer.write_all(records)
+        writer.write_all(items)
         writer.manifest = manifest
     if summary:
         with Writer(summary) as writer:
-            writer.write_all(grouping.summary_rows(records))
+            writer.write_all(grouping.summary_rows(groups))
             writer.manifest = manifest
 
 
@@ -86,13 +97,20 @@ def group(
     equal are dropped later, by `cosearch reward`.
     """
     config = grouping.resolve_config(preset, tau=tau, kmin=kmin, kmin_strict=kmin_strict)
-    records, reader = read_records(inputs, "rollout", grouping.check_rollout)
+    reader, records = iter_records(inputs, "rollout", grouping.check_rollout)
+    # Questions group independently, so each record is serialised as soon as it is grouped and only its
+    # line is kept: nothing reaches the output before every input line has been read and checked.
+    lines, groups = [], []
     for record in records:
         grouping.group_record(record, config)
+        lines.append(orjson.Fragment(dumps(record)[:-1]))
+        groups.append((record.question_id, record.groups))
+    if not lines:
+        raise NothingToDo("the input holds no rollout records", fix="check the upstream stage's output")
     manifest = make_manifest("group", {"preset": preset, **asdict(config)}, inputs=reader.hashes,
                              upstream=reader.upstream)
-    write_records(records, output, summary, manifest)
+    write_outputs(lines, groups, output, summary, manifest)
     if not quiet:
-        stderr.print(f"group: {len(records):,} questions, preset {preset} (tau {config.tau}, keep size "
-                     f"{'>' if config.kmin_strict else '>='} {config.kmin})\n{grouping.describe_groups(records)}",
+        stderr.print(f"group: {len(lines):,} questions, preset {preset} (tau {config.tau}, keep size "
+                     f"{'>' if config.kmin_strict else '>='} {config.kmin})\n{grouping.describe_groups(groups)}",
                      highlight=False, markup=False, soft_wrap=True)

@@ -11,7 +11,7 @@ from cosearch_cli import advantages, grouping, rewards
 from cosearch_cli.artifacts import make_manifest
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import Inputs, Output, Quiet, stderr
-from cosearch_cli.cli.group import Summary, read_records, write_records
+from cosearch_cli.cli.group import Summary, read_records, write_outputs
 from cosearch_cli.errors import ConfigError
 
 Preset = Annotated[Literal["paper", "official"], typer.Option(
@@ -118,10 +118,11 @@ def reward(
     advantages.assign_advantages(records, mode=scale, eps=eps)
     options = {"preset": preset, **asdict(config), "verifier": verifier, "scale": scale, "eps": eps}
     manifest = make_manifest("reward", options, inputs=reader.hashes, upstream=reader.upstream)
-    write_records(records, output, summary, manifest)
+    groups = [(r.question_id, r.groups) for r in records]
+    write_outputs(records, groups, output, summary, manifest)
     if not quiet:
         if not any(g.kept for r in records for g in r.groups):
             stderr.print("warning: no group in this input has a training signal", highlight=False, markup=False)
         stderr.print(f"reward: {len(records):,} questions, preset {preset}, scale {scale}\n"
-                     f"{describe_rewards(records)}\n{grouping.describe_groups(records)}",
+                     f"{describe_rewards(records)}\n{grouping.describe_groups(groups)}",
                      highlight=False, markup=False, soft_wrap=True)
