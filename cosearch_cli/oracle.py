@@ -156,7 +156,7 @@ class StudyFolder:
 
 
 def run_half(half: str, questions: Sequence[Question], folder: StudyFolder, rollouts: RolloutFn,
-             manifest: dict, clock: Callable[[], float]) -> list[RolloutRecord]:
+             manifest: Callable[[str], dict], clock: Callable[[], float]) -> list[RolloutRecord]:
     """Finish one half: reuse it if finished, else roll out only the questions it still lacks."""
     finished = folder.load_final(half)
     if finished is not None:
@@ -175,7 +175,7 @@ def run_half(half: str, questions: Sequence[Question], folder: StudyFolder, roll
     missing = [q.id for q in questions if q.id not in done]
     assert not missing, f"rollout finished without questions {missing[:3]}"
     records = [done[q.id] for q in questions]
-    folder.finish(half, records, manifest)
+    folder.finish(half, records, manifest(half))  # made at the end: it names what the run loaded
     return records
 
 
@@ -186,7 +186,7 @@ def pending_halves(halves: Sequence[str], folder: StudyFolder) -> list[str]:
 
 def run_study(questions: Sequence[Question], halves: Sequence[str], folder: StudyFolder, rollouts: RolloutFn,
               manifests: Callable[[str], dict], clock: Callable[[], float]) -> dict[str, list[RolloutRecord]]:
-    return {half: run_half(half, questions, folder, rollouts, manifests(half), clock) for half in halves}
+    return {half: run_half(half, questions, folder, rollouts, manifests, clock) for half in halves}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -77,25 +77,12 @@ class _Models:
         return self._ranker
 
     def constraints(self, config, half: str):
-        """Constrained decoding per role (`--constrain`), built for the backend each role runs on."""
-        from cosearch_cli.constrain import make_constraints, parse_roles
+        """Constrained decoding per role (`--constrain`), as `cosearch rollout` builds it."""
+        from cosearch_cli.rollout import constraint_factories
 
-        roles = parse_roles(self.constrain, self.names[0])
-        if half != "llm":
-            roles.discard("ranker")
-        agent_c = ranker_c = None
-        if "agent" in roles:
-            made = make_constraints({"agent"}, self.agent().tokenizer, vocab_size=_vocab(self.agent()))
-            agent_c = lambda ctx: made.agent(final=ctx.last_turn)  # noqa: E731
-        if "ranker" in roles:
-            made = make_constraints({"ranker"}, self.ranker().tokenizer, vocab_size=_vocab(self.ranker()))
-            ranker_c = lambda ctx: made.ranker(n=ctx.n_candidates, k=ctx.k)  # noqa: E731
+        ranker = self.ranker() if half == "llm" else None
+        agent_c, ranker_c = constraint_factories(self.constrain, self.names[0], self.agent(), ranker)
         return replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
-
-
-def _vocab(backend) -> int | None:
-    model = getattr(backend, "model", None)
-    return getattr(getattr(model, "config", None), "vocab_size", None)
 
 
 @app.command("oracle")
@@ -123,6 +110,8 @@ def oracle_command(
     top_n: Annotated[int | None, typer.Option(
         help="Candidates the retriever returns per search, N (default: the preset's).")] = None,
     k: Annotated[int | None, typer.Option(help="Passages shown to the agent, K (default: the preset's).")] = None,
+    question_chunk: Annotated[int | None, typer.Option(
+        help="Questions in flight at once (the agent's batch is n x this; default: the preset's).")] = None,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
     constrain: Annotated[str, typer.Option(
         help="Constrained decoding: auto (on for the embedded model), none, or agent,ranker.")] = "auto",
@@ -147,7 +136,8 @@ def oracle_command(
         raise ConfigError("--per-dataset must be 0 or more and --bootstrap at least 1",
                           fix="e.g. --per-dataset 30 --bootstrap 1000")
     ranker_model = ranker_model or agent
-    overrides = {key: value for key, value in dict(max_turns=max_turns, top_n=top_n, k=k).items() if value is not None}
+    overrides = dict(max_turns=max_turns, top_n=top_n, k=k, question_chunk=question_chunk)
+    overrides = {key: value for key, value in overrides.items() if value is not None}
     config = rollout_preset(preset, n=n, greedy=greedy, seed=seed, retriever=retriever,
                             lenient_ranker=lenient_ranker, **overrides)
     qs, reader = read_questions(questions, per_dataset)
@@ -167,8 +157,8 @@ def oracle_command(
         folder.check_settings(half, settings(half))
 
     def manifest(half: str) -> dict:
-        upstream = [models.index().manifest] if models._index is not None else []
-        return make_manifest("oracle", settings(half), inputs=reader.hashes, seed=seed, upstream=upstream)
+        return make_manifest("oracle", settings(half), inputs=reader.hashes, seed=seed,
+                             upstream=[models.index().manifest])
 
     todo = pending_halves(halves, folder)
     if todo and not quiet:
@@ -186,6 +176,10 @@ def oracle_command(
             for record in run_rollouts(todo_questions, agent=models.agent(), ranker_backend=ranker_backend,
                                        index=models.index(), config=half_config):
                 bar.advance(task)
+                done_before += 1
+                if not quiet and not stderr.is_terminal:  # a log file gets a line per question instead of a bar
+                    stderr.print(f"{half}: {done_before}/{len(qs)} questions ({record.question_id}) "
+                                 f"at {time.strftime('%H:%M:%S')}", soft_wrap=True)
                 yield record
 
     records = run_study(qs, halves, folder, rollouts, manifest, time.monotonic)

@@ -1,0 +1,97 @@
+"""`cosearch oracle` driven like a user, with a fake rollout runner in place of the models (fast, exact)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_cli
+from test_evaluate_cli import one_line_error
+from test_oracle import fake_rollouts
+
+rollout = pytest.importorskip("cosearch_cli.rollout", reason="the rollout stage is not in this checkout")
+
+QUESTION_LINES = [
+    {"id": "q0", "question": "?", "answers": ["a0"], "dataset": "nq"},
+    {"id": "q1", "question": "?", "answers": ["a1"], "dataset": "nq"},
+    {"id": "q2", "question": "?", "answers": ["a2"], "dataset": "hotpotqa"},
+    {"id": "q3", "question": "?", "answers": ["a3"], "dataset": "hotpotqa"},
+    {"id": "q4", "question": "?", "answers": ["a4"], "dataset": "hotpotqa"},  # dropped by --per-dataset 2
+]
+
+
+@pytest.fixture
+def study(tmp_path, monkeypatch):
+    """A question file, and fakes for models, index and rollouts; `asked` lists (half, question id)."""
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("".join(json.dumps(q) + "\n" for q in QUESTION_LINES))
+    asked: list = []
+    fake = fake_rollouts(asked)
+
+    def run_rollouts(questions, *, agent, ranker_backend, index, config):
+        assert (ranker_backend is not None) == (config.ranker == "llm")
+        assert config.greedy and config.n == 1 and config.seed == 0  # the same seeds in every half
+        return fake(config.ranker, list(questions))
+
+    class FakeIndex:
+        manifest = {"kind": "manifest", "stage": "index"}
+
+    monkeypatch.setattr(rollout, "run_rollouts", run_rollouts)
+    monkeypatch.setattr(rollout, "load_backend", lambda name: object())
+    monkeypatch.setattr("cosearch_cli.index.open_index", lambda folder: FakeIndex())
+    args = ["oracle", "--questions", questions, "--index", tmp_path / "index", "--out", tmp_path / "study",
+            "--per-dataset", "2", "--constrain", "none", "--bootstrap", "100"]
+    return args, asked, tmp_path / "study"
+
+
+def test_study_prints_table1_and_writes_the_report(study):
+    args, asked, out = study
+    result = run_cli(*args, "--ranker", "none")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    rows = {r["ranker"]: r for r in summary["table1"]}
+    # none: NQ right, HotpotQA wrong -> .5 average; the oracle answers all -> 1; gap (1 - .5) / .5.
+    assert rows["none"]["average"] == 0.5 and rows["oracle"]["average"] == 1.0
+    assert rows["none"]["gap average"] == 1.0
+    assert sorted(asked) == sorted([(h, q) for h in ("none", "oracle") for q in ("q0", "q1", "q2", "q3")])
+    report = (out / "report.md").read_text()
+    assert "## Table 1 shape" in report and "| none | 1.000 | 0.000 | 0.500 | +100.0%" in report
+    assert "Paper Table 1: +14.7% (7B agent), +26.8% (3B agent)" in report
+    assert (out / "oracle.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((out / "none.manifest.json").read_text())["upstream"][0]["stage"] == "index"
+    assert "Oracle study (Table 1 shape)" in result.stderr
+
+
+def test_second_ranker_reuses_the_oracle_half_and_rerun_recomputes_nothing(study):
+    args, asked, out = study
+    assert run_cli(*args, "--ranker", "none", "--quiet").exit_code == 0
+    asked.clear()
+    result = run_cli(*args, "--ranker", "llm", "--ranker", "none", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    assert asked == [("llm", q) for q in ("q0", "q1", "q2", "q3")]
+    assert [r["ranker"] for r in json.loads(result.stdout)["table1"]] == ["llm", "none", "oracle"]
+    asked.clear()
+    assert run_cli(*args, "--ranker", "llm", "--quiet").exit_code == 0
+    assert asked == []
+
+
+def test_other_settings_in_the_same_folder_are_refused(study):
+    args, asked, out = study
+    assert run_cli(*args, "--ranker", "none", "--quiet").exit_code == 0
+    one_line_error(run_cli(*args, "--ranker", "none", "--max-turns", "5"), 4, "other settings (max_turns)",
+                   "--overwrite")
+    asked.clear()
+    assert run_cli(*args, "--ranker", "none", "--max-turns", "5", "--overwrite", "--quiet").exit_code == 0
+    assert len(asked) == 8
+
+
+def test_bad_input(study, tmp_path):
+    args, _, _ = study
+    one_line_error(run_cli(*args, "--ranker", "oracle"), 4, "not a standard ranker")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "x", "question": "?", "answers": ["a"], "dataset": "squad"}) + "\n")
+    one_line_error(run_cli("oracle", "--questions", bad, "--index", tmp_path), 3, "bad.jsonl:1:",
+                   "unknown dataset 'squad'")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    one_line_error(run_cli("oracle", "--questions", empty, "--index", tmp_path), 3, "no questions")
