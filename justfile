@@ -23,3 +23,8 @@ oracle-study out="runs/oracle-study":
 # Speed of `cosearch group` and `cosearch reward`: 500 vs 2,000 questions (50 ranker calls each).
 bench-group-reward:
     nice -n 10 .venv/bin/python bench/bench_group_reward.py --questions 500 2000 --repeats 3 --out bench/results/group_reward.md
+
+# Rollout speed: batched `run_rollouts` vs one trajectory at a time with batch-1 `model.generate` (same
+# questions, SmolLM2, settings; both constrained). Results: bench/results/rollout_speed.md.
+bench-rollout questions="4" n="4":
+    nice -n 10 .venv/bin/python bench/bench_rollout.py --questions {{questions}} --n {{n}} --max-turns 2 --max-new-tokens 64

@@ -7,7 +7,8 @@ batched:
            ranker calls of a turn form one batch, all sub-queries one retrieval batch.
   naive    one question in flight, and every sequence (agent turn or ranker call) is its own
            `model.generate` call with batch size 1: one trajectory at a time.
-Each mode runs in its own process (so peak RSS is its own); the driver prints a Markdown table.
+Each mode runs in its own process (so peak RSS is its own), both at the same time so that a shared, noisy
+machine slows them alike; tokens per CPU second are reported beside tokens per wall second.
 
     .venv/bin/python bench/bench_rollout.py --questions 4 --n 4            # both modes, Markdown to stdout
 """
@@ -81,20 +82,23 @@ class Batch1Generate:
         return Generation(ids, self._tokenizer.decode(ids, skip_special_tokens=False), logprobs)
 
 
+def run_mode_index(folder: str) -> None:
+    from cosearch_cli.index import build_index
+    from cosearch_cli.index.corpus import Corpus
+
+    build_index(Corpus(str(ROOT / "fixtures" / "corpus.jsonl")), folder, bm25=True)
+
+
 def run_mode(mode: str, args) -> dict:
     from dataclasses import replace
 
     from cosearch_cli.generation.hf import HFBackend
-    from cosearch_cli.index import build_index, open_index
-    from cosearch_cli.index.corpus import Corpus
+    from cosearch_cli.index import open_index
     from cosearch_cli.models import load_causal_lm
     from cosearch_cli.records import read_question
     from cosearch_cli.rollout import RolloutConfig, RolloutStats, constraint_factories, run_rollouts
 
-    folder = Path(args.index)
-    if not folder.is_dir():
-        build_index(Corpus(str(ROOT / "fixtures" / "corpus.jsonl")), folder, bm25=True)
-    index = open_index(folder)
+    index = open_index(args.index)
     lines = (ROOT / "fixtures" / "dev.jsonl").read_text().splitlines()[:args.questions]
     questions = [read_question(json.loads(line), "dev.jsonl", i) for i, line in enumerate(lines, 1)]
     model, tokenizer = load_causal_lm("smollm2")
@@ -105,13 +109,15 @@ def run_mode(mode: str, args) -> dict:
                                              HFBackend(model, tokenizer))
     config = replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
     stats = RolloutStats()
+    cpu_before = _cpu_seconds()
     started = time.perf_counter()
     records = list(run_rollouts(questions, agent=backend, ranker_backend=backend, index=index, config=config,
                                 stats=stats))
     wall = time.perf_counter() - started
+    cpu = _cpu_seconds() - cpu_before
     trajs = [t for r in records for t in r.trajectories]
     calls = [c for r in records for c in r.ranker_calls]
-    return {"mode": mode, "wall_s": wall, "agent_s": stats.agent_seconds, "ranker_s": stats.ranker_seconds,
+    return {"mode": mode, "wall_s": wall, "cpu_s": cpu, "agent_s": stats.agent_seconds, "ranker_s": stats.ranker_seconds,
             "retrieval_s": stats.retrieval_seconds, "agent_tokens": stats.agent_tokens,
             "ranker_tokens": stats.ranker_tokens, "trajectories": len(trajs), "ranker_calls": len(calls),
             "format_ok": sum(t.format_ok for t in trajs), "ranker_valid": sum(c.valid for c in calls),
@@ -119,15 +125,20 @@ def run_mode(mode: str, args) -> dict:
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def table(rows: list[dict]) -> str:
-    out = ["| mode | wall s | generated tokens (agent + ranker) | tokens/s | agent s | ranker s | retrieval s | "
+    out = ["| mode | wall s | CPU s | generated tokens (agent + ranker) | tokens/s (wall) | tokens/CPU-s | agent s | ranker s | retrieval s | "
            "other s | peak RSS GiB | searches | ranker calls (valid) | format ok |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         tokens = r["agent_tokens"] + r["ranker_tokens"]
         other = r["wall_s"] - r["agent_s"] - r["ranker_s"] - r["retrieval_s"]
-        out.append(f"| {r['mode']} | {r['wall_s']:.1f} | {tokens} ({r['agent_tokens']} + {r['ranker_tokens']}) | "
-                   f"{tokens / r['wall_s']:.1f} | {r['agent_s']:.1f} | {r['ranker_s']:.1f} | {r['retrieval_s']:.2f} | "
+        out.append(f"| {r['mode']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {tokens} ({r['agent_tokens']} + "
+                   f"{r['ranker_tokens']}) | {tokens / r['wall_s']:.1f} | {tokens / r['cpu_s']:.1f} | {r['agent_s']:.1f} | {r['ranker_s']:.1f} | {r['retrieval_s']:.2f} | "
                    f"{other:.1f} | {r['peak_rss_gib']:.2f} | {r['searches']} | {r['ranker_calls']} "
                    f"({r['ranker_valid']}) | {r['format_ok']}/{r['trajectories']} |")
     return "\n".join(out)
@@ -147,19 +158,26 @@ def main() -> None:
     if args.mode:
         print(json.dumps(run_mode(args.mode, args)))
         return
+    # Both modes run at the same time, so a shared, noisy machine slows them alike; CPU seconds are reported
+    # too because they depend less on what else runs.
+    if not Path(args.index).is_dir():
+        run_mode_index(args.index)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    procs = {mode: subprocess.Popen([sys.executable, __file__, "--mode", mode, *sys.argv[1:]], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for mode in ("batched", "naive")}
     rows = []
-    for mode in ("batched", "naive"):
-        cmd = [sys.executable, __file__, "--mode", mode] + [
-            a for a in sys.argv[1:] if a != "--mode"]
-        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        if done.returncode != 0:
-            sys.exit(f"{mode} failed:\n{done.stderr[-3000:]}")
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"{mode} done: {rows[-1]['wall_s']:.0f} s", file=sys.stderr)
+    for mode, proc in procs.items():
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            sys.exit(f"{mode} failed:\n{err[-3000:]}")
+        rows.append(json.loads(out.strip().splitlines()[-1]))
     batched, naive = rows
-    rate = lambda r: (r["agent_tokens"] + r["ranker_tokens"]) / r["wall_s"]  # noqa: E731
+    tokens = lambda r: r["agent_tokens"] + r["ranker_tokens"]  # noqa: E731
     print(table(rows))
-    print(f"\nspeed-up (generated tokens/s, batched / naive): {rate(batched) / rate(naive):.1f}x")
+    print(f"\nspeed-up, batched / naive: {tokens(batched) / batched['wall_s'] / (tokens(naive) / naive['wall_s']):.1f}x "
+          f"in generated tokens per wall second, "
+          f"{tokens(batched) / batched['cpu_s'] / (tokens(naive) / naive['cpu_s']):.1f}x per CPU second")
 
 
 if __name__ == "__main__":
