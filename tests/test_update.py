@@ -278,3 +278,20 @@ def _word_tokenizer():
     from tokenizers.models import WordLevel
 
     return Tokenizer(WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
+
+
+def test_micro_batch_plan_minimises_padding_within_the_budget():
+    from cosearch_cli.update.batch import TrainSeq, plan_micro_batches
+
+    def seqs(*lengths):
+        return [TrainSeq(f"s{i}", [5] * n, [0] * n, [0.0] * n, 1.0, 1.0) for i, n in enumerate(lengths)]
+
+    def lengths(plans):
+        return [[len(s.token_ids) for s in plan] for plan in plans]
+
+    # overhead 2: [10, 9] + [3, 2] costs 20 + 6 + 2 x 2 = 30; one batch 40 + 2; four singletons 24 + 8 = 32
+    assert lengths(plan_micro_batches(seqs(3, 10, 2, 9), 100, overhead=2)) == [[10, 9], [3, 2]]
+    # a large per-batch overhead makes one batch cheaper
+    assert lengths(plan_micro_batches(seqs(3, 10, 2, 9), 100, overhead=128)) == [[10, 9, 3, 2]]
+    # the budget bounds rows x longest row; a sequence longer than the budget goes alone
+    assert lengths(plan_micro_batches(seqs(10, 10, 10, 50), 20, overhead=2)) == [[50], [10, 10], [10]]

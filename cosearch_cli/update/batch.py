@@ -1,9 +1,9 @@
 """Turning scored rollout records into training sequences and padded micro-batches.
 
 A training sequence is the recorded token ids with a mask of the tokens the trained model generated and the
-log-probs it sampled them with. Nothing is re-tokenised: text never enters this stage. Micro-batches are
-filled longest-first under a token budget (rows x longest row), so similar lengths share a batch and padding
-stays small without packing several sequences into one row.
+log-probs it sampled them with. Nothing is re-tokenised: text never enters this stage. Micro-batches hold
+runs of length-sorted sequences under a token budget (rows x longest row), split where that saves the most
+padding, so padding stays small without packing several sequences into one row.
 """
 
 from __future__ import annotations
@@ -153,15 +153,30 @@ class MicroBatch:
         return int(self.attention_mask.sum())
 
 
-def plan_micro_batches(seqs: list[TrainSeq], token_budget: int) -> list[list[TrainSeq]]:
-    """Longest first; a batch grows while rows x longest row fits the budget (a longer row goes alone)."""
+def plan_micro_batches(seqs: list[TrainSeq], token_budget: int, overhead: int = 128) -> list[list[TrainSeq]]:
+    """Split the length-sorted sequences into runs that minimise padded tokens + `overhead` per micro-batch.
+
+    A micro-batch costs about rows x longest row (padding included) plus a fixed per-call cost; over sorted
+    lengths the best split into contiguous runs is a small dynamic programme. A run must fit `token_budget`
+    (a single longer sequence goes alone).
+    """
     ordered = sorted(seqs, key=lambda s: (-len(s.token_ids), s.key))
-    plans: list[list[TrainSeq]] = []
-    for seq in ordered:
-        if plans and (len(plans[-1]) + 1) * len(plans[-1][0].token_ids) <= token_budget:
-            plans[-1].append(seq)
-        else:
-            plans.append([seq])
+    n = len(ordered)
+    best = [0] * (n + 1)  # best[i]: cost of planning ordered[i:]
+    cut = [n] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        width = len(ordered[i].token_ids)
+        best[i] = None
+        for j in range(i + 1, n + 1):
+            if (j - i) * width > token_budget and j - i > 1:
+                break
+            cost = (j - i) * width + overhead + best[j]
+            if best[i] is None or cost < best[i]:
+                best[i], cut[i] = cost, j
+    plans, i = [], 0
+    while i < n:
+        plans.append(ordered[i:cut[i]])
+        i = cut[i]
     return plans
 
 
