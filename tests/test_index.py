@@ -64,13 +64,13 @@ def test_both_corpus_forms_give_the_same_passage():
 
 
 def test_bm25_scores_match_lucene_formula_by_hand(tmp_path):
-    docs = [Passage("a", "", "apple banana"), Passage("b", "", "apple apple cherry"), Passage("c", "", "durian")]
+    docs = [Passage("a", "", "apples banana"), Passage("b", "", "apple apple cherry"), Passage("c", "", "durian")]
     build_index(docs, tmp_path / "ix")
-    hits = open_index(tmp_path / "ix").retriever("bm25").search(["apple"], k=3)[0]
-    # Lucene BM25, k1=0.9, b=0.4: idf = ln(1 + (N - df + .5) / (df + .5)); avgdl = (2 + 3 + 1) / 3 = 2
+    hits = open_index(tmp_path / "ix").retriever("bm25").search(["Apples?"], k=3)[0]  # stemmed: apples = apple
+    # Lucene BM25, k1=1.5, b=0.75: idf = ln(1 + (N - df + .5) / (df + .5)); avgdl = (2 + 3 + 1) / 3 = 2
     idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
-    score_b = idf * 2 / (2 + 0.9 * (1 - 0.4 + 0.4 * 3 / 2))
-    score_a = idf * 1 / (1 + 0.9 * (1 - 0.4 + 0.4 * 2 / 2))
+    score_b = idf * 2 / (2 + 1.5 * (1 - 0.75 + 0.75 * 3 / 2))
+    score_a = idf * 1 / (1 + 1.5 * (1 - 0.75 + 0.75 * 2 / 2))
     assert [h.id for h in hits] == ["b", "a"]  # "c" does not contain the term: no hit, not a zero-score one
     assert hits[0].score == pytest.approx(score_b, rel=1e-5) and hits[1].score == pytest.approx(score_a, rel=1e-5)
 

@@ -23,7 +23,7 @@ FIXTURE_VECTORS = "corpus.minilm-f16.npy"
 CorpusPaths = Annotated[list[str], typer.Option(
     "--corpus", help="Passage JSONL file(s) or quoted globs: {id,title,text} or {id,contents} lines "
                      "(contents = '\"Title\"\\ntext'); - for stdin. Repeat for several files.")]
-Bm25 = Annotated[bool, typer.Option(help="Build the BM25 index (bm25s; Lucene BM25, k1=0.9, b=0.4).")]
+Bm25 = Annotated[bool, typer.Option(help="Build the BM25 index (bm25s: Lucene BM25, k1=1.5, b=0.75, stemmed, title x4).")]
 DenseIndex = Annotated[list[str], typer.Option(
     "--dense-index", help="FAISS index type(s) for --dense: flat (exact, default), hnsw (faster queries, "
                           "more memory), ivfpq (~1/32 of flat's memory, approximate). Repeat for several.")]

@@ -99,7 +99,8 @@ def _build(passages, tmp: Path, *, bm25: bool, encoder, types, embeddings, cache
     if bm25:
         bm25_mod.build_bm25(_counting(store, on_progress, "bm25"), tmp / "bm25")
         settings["bm25"] = {"backend": "bm25s", "k1": bm25_mod.K1, "b": bm25_mod.B, "method": "lucene",
-                            "stopwords": bm25_mod.STOPWORDS, "stemmer": None}
+                            "stopwords": bm25_mod.STOPWORDS, "stemmer": bm25_mod.STEMMER,
+                            "title_weight": bm25_mod.TITLE_WEIGHT}
     if encoder is not None:
         vectors = embeddings
         if vectors is not None and tuple(vectors.shape) != (len(store), encoder.dim):
@@ -210,7 +211,9 @@ class Index:
 
     def _open(self, kind: str, encoder: str | None, index_type: str | None) -> Retriever:
         if kind == "bm25":
-            return bm25_mod.BM25Retriever(self.folder / "bm25", self.docs.row_ids())
+            info = self.manifest["bm25"]
+            return bm25_mod.BM25Retriever(self.folder / "bm25", self.docs.row_ids(), stemmer=info["stemmer"],
+                                          stopwords=info["stopwords"])
         info = self.manifest["dense"]
         built_with = info["encoder"]
         if encoder is not None and encoder_spec(encoder) != built_with:

@@ -1,0 +1,99 @@
+"""Retrieval quality on the shared data: gold-passage recall@10 (multi-hop) and answer hit@5 (single-hop).
+
+    .venv/bin/python bench/retrieval_quality.py [--data ../shared/data] [--index indexes/shared-32k]
+
+Builds the index over all corpus files (BM25, plus dense MiniLM when --dense) if the folder is missing, then
+searches every dev question with each retriever the index has and writes a Markdown table.
+- recall@10: per question, the share of its gold_passage_ids in the top 10, averaged (hotpotqa, 2wiki, musique)
+- hit@5: share of questions with a gold answer (metrics.has_answer, DPR rule) in the text of a top-5 passage
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from cosearch_cli.index import Corpus, build_index, open_index
+from cosearch_cli.metrics import has_answer
+
+MULTI_HOP = ("hotpotqa", "2wikimultihopqa", "musique")
+SINGLE_HOP = ("nq", "triviaqa", "popqa", "bamboogle")
+FLOOR = {"hotpotqa": 0.824, "2wikimultihopqa": 0.713, "musique": 0.556}  # ../shared/data/README.md
+
+
+def load_questions(data: Path, dataset: str) -> list[dict]:
+    return [orjson.loads(line) for line in (data / "dev" / f"{dataset}.jsonl").read_bytes().splitlines() if line]
+
+
+def evaluate(index, kind: str, data: Path, batch: int = 512) -> dict[str, tuple[str, float, int, float]]:
+    retriever = index.retriever(kind)
+    rows = {}
+    for dataset in MULTI_HOP + SINGLE_HOP:
+        questions = load_questions(data, dataset)
+        if dataset in MULTI_HOP:
+            questions = [q for q in questions if q.get("gold_passage_ids")]
+        start = time.perf_counter()
+        hits = []
+        for i in range(0, len(questions), batch):
+            hits.extend(retriever.search([q["question"] for q in questions[i:i + batch]], 10))
+        seconds = time.perf_counter() - start
+        if dataset in MULTI_HOP:
+            scores = [len({h.id for h in hs[:10]} & set(q["gold_passage_ids"])) / len(q["gold_passage_ids"])
+                      for q, hs in zip(questions, hits)]
+            metric = "gold-passage recall@10"
+        else:
+            scores = [any(has_answer(p.text, q["answers"]) for p in index.docs.get([h.id for h in hs[:5]]))
+                      for q, hs in zip(questions, hits)]
+            metric = "answer hit@5"
+        rows[dataset] = (metric, sum(scores) / len(scores), len(questions), seconds)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="../shared/data", help="folder with corpus/ and dev/")
+    parser.add_argument("--index", default="indexes/shared-32k", help="index folder (built if missing)")
+    parser.add_argument("--dense", action="store_true", help="also build and score the dense MiniLM index")
+    parser.add_argument("--out", default="bench/results/retrieval_quality.md", help="Markdown table to write")
+    args = parser.parse_args()
+    data = Path(args.data)
+    if not Path(args.index).is_dir():
+        paths = sorted(glob.glob(str(data / "corpus" / "*.jsonl")))
+        build_index(Corpus(paths), args.index, dense="minilm" if args.dense else None)
+    index = open_index(args.index)
+    results = {kind: evaluate(index, kind, data) for kind in index.kinds}
+    kinds = list(results)
+    lines = [
+        "# Retrieval quality on the shared dev questions",
+        "",
+        f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`  ",
+        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {platform.machine()}, "
+        f"{os.cpu_count()} cores, no GPU, shared/noisy.  ",
+        f"Corpus: {index.manifest['corpus']['passages']:,} passages (sha256 {index.manifest['corpus']['sha256'][:12]}); "
+        f"BM25: {index.manifest.get('bm25')}; dense: {index.manifest.get('dense', {}).get('encoder')} "
+        f"{index.manifest.get('dense', {}).get('index_types', '')}.",
+        "",
+        "| dataset | metric | questions | " + " | ".join(kinds) + " | floor (data README) |",
+        "|---|---|---|" + "---|" * len(kinds) + "---|",
+    ]
+    for dataset in MULTI_HOP + SINGLE_HOP:
+        metric, _, n, _ = results[kinds[0]][dataset]
+        values = " | ".join(f"{results[k][dataset][1]:.3f}" for k in kinds)
+        lines.append(f"| {dataset} | {metric} | {n} | {values} | {FLOOR.get(dataset, '-')} |")
+    lines += ["", "Search time for all questions (k=10, batches of 512): " + ", ".join(
+        f"{k} {sum(r[3] for r in results[k].values()):.1f} s" for k in kinds) + "."]
+    text = "\n".join(lines) + "\n"
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
