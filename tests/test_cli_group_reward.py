@@ -183,3 +183,26 @@ def test_evidence_reward_with_a_local_verifier_model(tmp_path, tiny_lm):
     assert first["reward"] == pytest.approx(1.0 + 0.5 * first["scores"]["evidence_f1"])
     assert second["scores"]["evidence_f1"] == 0.0 and second["reward"] == 0.0  # no evidence block
     assert manifest["options"]["evidence_weight"] == 0.5 and "evidence F1" in result.stderr
+
+
+def test_streamed_chunks_give_the_same_advantages_as_the_whole_batch(tmp_path):
+    from cosearch_cli import advantages, grouping, rewards
+    from cosearch_cli.records import RolloutRecord, from_dict
+
+    answers = ["Paris", "Paris France", "Lyon"]
+    records = [make_record(f"q{i}", ["Paris"], [make_traj(s, answers[(i + s) % 3]) for s in range(3)],
+                           [make_call(f"q{i}", s, 0, "capital of france", has=(s,)) for s in range(3)])
+               for i in range(70)]  # more than one chunk of 64
+    grouped = run_cli("group", write(tmp_path / "r.jsonl", [orjson.dumps(r) + b"\n" for r in records]))
+    streamed, _ = parse(run_cli("reward", "-", "--scale", "group", input=grouped.stdout).stdout)
+    expected, _ = parse(grouped.stdout)
+    expected = [from_dict(RolloutRecord, r) for r in expected]
+    for record in expected:
+        rewards.score_record(record, rewards.PRESETS["paper"])
+    advantages.assign_advantages(expected, mode="group")
+    assert [t["advantage"] for r in streamed for t in r["trajectories"]] == \
+        [t.advantage for r in expected for t in r.trajectories]
+    assert [c["advantage"] for r in streamed for c in r["ranker_calls"]] == \
+        [c.advantage for r in expected for c in r.ranker_calls]
+    assert grouping.describe_groups((r.question_id, r.groups) for r in expected) in \
+        run_cli("reward", "-", input=grouped.stdout).stderr

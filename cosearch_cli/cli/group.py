@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Annotated, Literal
 
@@ -44,18 +45,21 @@ def iter_records(inputs: list[str], min_stage: str, check) -> tuple[Reader, Iter
     return reader, records()
 
 
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Records are acyclic, yet building millions of small objects keeps triggering collections that rescan
+    large lists (measured on 100k ranker calls: 9.6 s CPU with the collector, 5.6 s without)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def read_records(inputs: list[str], min_stage: str, check) -> tuple[list[RolloutRecord], Reader]:
     """Every record of the inputs in memory (for stages that need the whole batch), checked."""
     reader, records = iter_records(inputs, min_stage, check)
-    # Records are acyclic, yet building millions of small objects keeps triggering full collections that
-    # rescan everything read so far (measured: 3x slower reads). Collect never while reading, then freeze
-    # what was read so later collections skip it.
-    gc.disable()
-    try:
-        out = list(records)
-    finally:
-        gc.freeze()
-        gc.enable()
+    out = list(records)
     if not out:
         raise NothingToDo("the input holds no rollout records", fix="check the upstream stage's output")
     return out, reader
@@ -101,10 +105,11 @@ def group(
     # Questions group independently, so each record is serialised as soon as it is grouped and only its
     # line is kept: nothing reaches the output before every input line has been read and checked.
     lines, groups = [], []
-    for record in records:
-        grouping.group_record(record, config)
-        lines.append(orjson.Fragment(dumps(record)[:-1]))
-        groups.append((record.question_id, record.groups))
+    with paused_gc():
+        for record in records:
+            grouping.group_record(record, config)
+            lines.append(orjson.Fragment(dumps(record)[:-1]))
+            groups.append((record.question_id, record.groups))
     if not lines:
         raise NothingToDo("the input holds no rollout records", fix="check the upstream stage's output")
     manifest = make_manifest("group", {"preset": preset, **asdict(config)}, inputs=reader.hashes,

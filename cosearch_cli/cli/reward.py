@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
 from typing import Annotated, Literal
 
+import orjson
 import typer
 
 from cosearch_cli import advantages, grouping, rewards
-from cosearch_cli.artifacts import make_manifest
+from cosearch_cli.artifacts import dumps, make_manifest
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import Inputs, Output, Quiet, stderr
-from cosearch_cli.cli.group import Summary, read_records, write_outputs
-from cosearch_cli.errors import ConfigError
+from cosearch_cli.cli.group import Summary, iter_records, paused_gc, read_records, write_outputs
+from cosearch_cli.errors import ConfigError, NothingToDo
+
+STREAM_CHUNK = 64  # questions scored together when records stream (scale group/none)
 
 Preset = Annotated[Literal["paper", "official"], typer.Option(
     help="Named settings. paper: gamma 0.5 (r_rel <= gamma alone), r_rel Hit@5, r_main = F1. official: gamma "
@@ -30,26 +35,58 @@ def _load_verifier(name: str):
     return load_backend(name)
 
 
-def describe_rewards(records) -> str:
-    trajs = [t for r in records for t in r.trajectories]
-    failed = sum(not t.format_ok for t in trajs)
-    def mean(values: list[float]) -> str:
-        return f"{sum(values) / len(values):.3f}" if values else "n/a"
+@dataclass
+class RewardTally:
+    """Running totals for the stderr summary, so records need not be kept once written."""
 
-    lines = [f"agent: {len(trajs):,} trajectories, {failed:,} format failures, mean reward "
-             f"{mean([t.reward for t in trajs])}, F1 {mean([t.scores['f1'] for t in trajs])}, "
-             f"EM {mean([t.scores['em'] for t in trajs])}, SubEM {mean([t.scores['subem'] for t in trajs])}"]
-    if any("evidence_f1" in t.scores for t in trajs):
-        lines[0] += f", evidence F1 {mean([t.scores['evidence_f1'] for t in trajs if 'evidence_f1' in t.scores])}"
-    calls = [c for r in records for c in r.ranker_calls]
-    scored = [c for c in calls if c.reward is not None]
-    branches: dict[str, int] = {}
-    for c in scored:
-        branches[c.reward_parts["branch"]] = branches.get(c.reward_parts["branch"], 0) + 1
-    lines.append(f"ranker: {len(calls):,} calls, {len(scored):,} scored ({sum(not c.valid for c in scored):,} "
-                 f"invalid outputs), mean reward {mean([c.reward for c in scored])}, branches: "
-                 + (", ".join(f"{n:,} {b}" for b, n in sorted(branches.items())) or "none"))
-    return "\n".join(lines)
+    questions: int = 0
+    trajectories: int = 0
+    format_failures: int = 0
+    agent: dict = field(default_factory=lambda: {"reward": [0.0, 0], "F1": [0.0, 0], "EM": [0.0, 0],
+                                                 "SubEM": [0.0, 0], "evidence F1": [0.0, 0]})
+    calls: int = 0
+    invalid: int = 0
+    ranker_reward: list = field(default_factory=lambda: [0.0, 0])
+    branches: Counter = field(default_factory=Counter)
+
+    def add(self, record) -> None:
+        self.questions += 1
+        for t in record.trajectories:
+            self.trajectories += 1
+            self.format_failures += not t.format_ok
+            for name, value in (("reward", t.reward), ("F1", t.scores["f1"]), ("EM", t.scores["em"]),
+                                ("SubEM", t.scores["subem"]), ("evidence F1", t.scores.get("evidence_f1"))):
+                if value is not None:
+                    self.agent[name][0] += value
+                    self.agent[name][1] += 1
+        for c in record.ranker_calls:
+            self.calls += 1
+            if c.reward is not None:
+                self.invalid += not c.valid
+                self.ranker_reward[0] += c.reward
+                self.ranker_reward[1] += 1
+                self.branches[c.reward_parts["branch"]] += 1
+
+    def describe(self) -> str:
+        def mean(total_count: list) -> str:
+            return f"{total_count[0] / total_count[1]:.3f}" if total_count[1] else "n/a"
+
+        means = ", ".join(f"{name} {mean(tc)}" for name, tc in self.agent.items() if tc[1])
+        branches = ", ".join(f"{n:,} {b}" for b, n in sorted(self.branches.items())) or "none"
+        return (f"agent: {self.trajectories:,} trajectories, {self.format_failures:,} format failures, mean "
+                f"{means}\nranker: {self.calls:,} calls, {self.ranker_reward[1]:,} scored ({self.invalid:,} "
+                f"invalid outputs), mean reward {mean(self.ranker_reward)}, branches: {branches}")
+
+
+def _chunks(records: Iterable, size: int) -> Iterator[list]:
+    chunk = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 @app.command("reward")
@@ -108,21 +145,36 @@ def reward(
         raise ConfigError("--evidence-weight needs a --verifier model", fix="pass e.g. --verifier smollm2")
     if eps < 0:
         raise ConfigError(f"--eps must be >= 0, got {eps}", fix="the default is 1e-6")
-    records, reader = read_records(inputs, "grouped", grouping.check_grouped)
-    evidence = None
-    if config.evidence_weight > 0:
-        evidence = rewards.evidence_scores(records, _load_verifier(verifier),
-                                           max_new_tokens=verifier_max_new_tokens)
-    for i, record in enumerate(records):
-        rewards.score_record(record, config, evidence[i] if evidence is not None else None)
-    advantages.assign_advantages(records, mode=scale, eps=eps)
+    verifier_backend = _load_verifier(verifier) if config.evidence_weight > 0 else None
+    # Batch scaling needs every reward before the first advantage, so it holds the whole input; the other
+    # modes are per group, so records stream through in chunks (a chunk also batches verifier prompts) and
+    # only their serialised lines are kept until everything was read and checked.
+    with paused_gc():
+        if scale == "batch":
+            records, reader = read_records(inputs, "grouped", grouping.check_grouped)
+            chunks = [records]
+        else:
+            reader, records = iter_records(inputs, "grouped", grouping.check_grouped)
+            chunks = _chunks(records, STREAM_CHUNK)
+        lines, groups, tally = [], [], RewardTally()
+        for chunk in chunks:
+            evidence = None
+            if verifier_backend is not None:
+                evidence = rewards.evidence_scores(chunk, verifier_backend, max_new_tokens=verifier_max_new_tokens)
+            for i, record in enumerate(chunk):
+                rewards.score_record(record, config, evidence[i] if evidence is not None else None)
+            advantages.assign_advantages(chunk, mode=scale, eps=eps)
+            for record in chunk:
+                lines.append(orjson.Fragment(dumps(record)[:-1]))
+                groups.append((record.question_id, record.groups))
+                tally.add(record)
+    if not lines:
+        raise NothingToDo("the input holds no rollout records", fix="check the upstream stage's output")
     options = {"preset": preset, **asdict(config), "verifier": verifier, "scale": scale, "eps": eps}
     manifest = make_manifest("reward", options, inputs=reader.hashes, upstream=reader.upstream)
-    groups = [(r.question_id, r.groups) for r in records]
-    write_outputs(records, groups, output, summary, manifest)
+    write_outputs(lines, groups, output, summary, manifest)
     if not quiet:
-        if not any(g.kept for r in records for g in r.groups):
+        if not any(g.kept for _, question_groups in groups for g in question_groups):
             stderr.print("warning: no group in this input has a training signal", highlight=False, markup=False)
-        stderr.print(f"reward: {len(records):,} questions, preset {preset}, scale {scale}\n"
-                     f"{describe_rewards(records)}\n{grouping.describe_groups(groups)}",
-                     highlight=False, markup=False, soft_wrap=True)
+        stderr.print(f"reward: {len(lines):,} questions, preset {preset}, scale {scale}\n{tally.describe()}\n"
+                     f"{grouping.describe_groups(groups)}", highlight=False, markup=False, soft_wrap=True)
