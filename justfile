@@ -28,3 +28,19 @@ bench-group-reward:
 # questions, SmolLM2, settings; both constrained). Results: bench/results/rollout_speed.md.
 bench-rollout questions="4" n="4":
     nice -n 10 .venv/bin/python bench/bench_rollout.py --questions {{questions}} --n {{n}} --max-turns 2 --max-new-tokens 64
+
+# One GRPO update of SmolLM2-135M (fp32, CPU): `cosearch update` vs TRL's GRPO loss path on the same batch,
+# alternating in fresh processes (needs the trl extra). Results: bench/results/update_cpu.md.
+bench-update questions="1" group="8" repeats="2":
+    nice -n 10 .venv/bin/python bench/bench_update.py --questions {{questions}} --group {{group}} --repeats {{repeats}} --out bench/results/update_cpu.md
+
+# Index build and search speed vs bm25s/faiss called directly, FAISS index types, and pyserini vs bm25s
+# (pass --pyserini /tmp/venv-pyserini/bin/python; README "BM25 backends" says how to make that venv).
+# Dense rows need the cached MiniLM embeddings that `just bench-retrieval` makes. Results: bench/results/index_speed.md.
+bench-index *args:
+    nice -n 10 .venv/bin/python bench/bench_index.py --data ../shared/data {{args}}
+
+# Retrieval quality (recall@10, hit@5) of BM25 and dense MiniLM on all 32,628 passages and the dev questions;
+# the first run encodes the corpus (~25+ min on 2 cores; cached afterwards). Results: bench/results/retrieval_quality.md.
+bench-retrieval:
+    nice -n 10 .venv/bin/python bench/retrieval_quality.py --data ../shared/data --index indexes/shared-32k --dense

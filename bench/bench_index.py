@@ -1,0 +1,322 @@
+"""Index build and search speed on the shared 32k corpus: cosearch's retrievers side by side with the bare
+libraries doing the same work, plus the FAISS index types and (with --pyserini) pyserini against bm25s.
+
+    .venv/bin/python bench/bench_index.py [--data ../shared/data] [--pyserini /tmp/venv-pyserini/bin/python]
+
+- BM25 build: build_index(bm25 only; doc store included) vs bm25s tokenize + index + save of the same texts.
+- BM25 search, k=50, all dev questions in one batch: Index.retriever("bm25").search vs bm25s.tokenize+retrieve.
+- Dense build from cached MiniLM embeddings (run bench/retrieval_quality.py --dense first, or any dense build
+  of the corpus): build_index(dense) vs faiss IndexFlatIP.add + write_index; search: DenseRetriever.search
+  vs the same encoder call + faiss search (and faiss alone on precomputed query vectors).
+- FAISS types: bytes per passage, recall@50 against flat on the dev queries, queries/s; wiki-18 extrapolation.
+- pyserini 0.25 (Lucene, Java 17) in its own interpreter: JVM start, index build, batch search, quality.
+Each timing is the median of --repeats runs, ours and bare alternating so machine noise hits both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WIKI18 = 21_015_324  # passages in the Search-R1/FlashRAG wiki-18 100-word dump
+
+
+def load_corpus_rows(data: Path) -> list[dict]:
+    rows = []
+    for path in sorted(glob.glob(str(data / "corpus" / "*.jsonl"))):
+        with open(path) as handle:
+            rows.extend(json.loads(line) for line in handle if line.strip())
+    return rows
+
+
+def load_questions(data: Path) -> list[dict]:
+    out = []
+    for path in sorted(glob.glob(str(data / "dev" / "*.jsonl"))):
+        with open(path) as handle:
+            out.extend(json.loads(line) for line in handle if line.strip())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# pyserini worker: runs inside the pyserini virtual environment (no cosearch, no orjson there)
+
+
+def pyserini_worker(args) -> None:
+    t0 = time.perf_counter()
+    from pyserini.search.lucene import LuceneSearcher  # starts the JVM
+
+    jvm_start = time.perf_counter() - t0
+    rows = load_corpus_rows(Path(args.data))
+    questions = load_questions(Path(args.data))
+    report = {"jvm_start_s": jvm_start, "passages": len(rows), "queries": len(questions), "runs": {}}
+    for name, title_weight, k1, b in (("default", 1, 0.9, 0.4), ("cosearch-settings", 4, 1.5, 0.75)):
+        work = Path(tempfile.mkdtemp(prefix=f"pyserini-{name}-"))
+        (work / "docs").mkdir()
+        with open(work / "docs" / "corpus.jsonl", "w") as handle:
+            for r in rows:
+                contents = " ".join([r["title"]] * title_weight) + "\n" + r["text"]
+                handle.write(json.dumps({"id": r["id"], "contents": contents}) + "\n")
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection",
+                        "--input", str(work / "docs"), "--index", str(work / "index"), "--generator",
+                        "DefaultLuceneDocumentGenerator", "--threads", "1"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        index_s = time.perf_counter() - start
+        searcher = LuceneSearcher(str(work / "index"))
+        searcher.set_bm25(k1, b)
+        texts = [q["question"] for q in questions]
+        qids = [str(i) for i in range(len(texts))]
+        searcher.batch_search(texts[:50], qids[:50], k=50, threads=1)  # warm-up
+        start = time.perf_counter()
+        results = searcher.batch_search(texts, qids, k=50, threads=1)
+        batch_s = time.perf_counter() - start
+        start = time.perf_counter()
+        for text in texts[:500]:
+            searcher.search(text, k=50)
+        single_qps = 500 / (time.perf_counter() - start)
+        report["runs"][name] = {"k1": k1, "b": b, "title_weight": title_weight, "index_s": index_s,
+                                "batch_qps": len(texts) / batch_s, "single_qps": single_qps,
+                                "top10": [[h.docid for h in results[q][:10]] for q in qids]}
+    json.dump(report, sys.stdout)
+
+
+def run_pyserini(python: str, data: Path) -> dict:
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": "-Xmx4g"}
+    done = subprocess.run([python, __file__, "--worker", "--data", str(data)], capture_output=True, text=True,
+                          env=env, check=True)
+    return json.loads(done.stdout)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Quality of a run (ids per question, question order = load_questions)
+
+
+def quality(top10: list[list[str]], questions: list[dict], docs) -> dict[str, float]:
+    from cosearch_cli.metrics import has_answer
+
+    by_set: dict[str, list[float]] = {}
+    for q, ids in zip(questions, top10):
+        if q.get("gold_passage_ids"):
+            value = len(set(ids[:10]) & set(q["gold_passage_ids"])) / len(q["gold_passage_ids"])
+        elif q["dataset"] in ("nq", "triviaqa", "popqa", "bamboogle"):
+            value = float(any(has_answer(p.text, q["answers"]) for p in docs.get(ids[:5])))
+        else:
+            continue
+        by_set.setdefault(q["dataset"], []).append(value)
+    return {name: sum(v) / len(v) for name, v in sorted(by_set.items())}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Speed: cosearch vs bare libraries
+
+
+def median_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def alternate(ours, bare, repeats: int) -> tuple[float, float]:
+    """Median seconds of `ours` and `bare`, run alternately."""
+    a, b = [], []
+    for _ in range(repeats):
+        for fn, out in ((ours, a), (bare, b)):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return statistics.median(a), statistics.median(b)
+
+
+def bench_bm25(passages, queries, work: Path, repeats: int) -> list[tuple]:
+    import bm25s
+
+    from cosearch_cli.index import build_index, open_index
+    from cosearch_cli.index import bm25 as ours_bm25
+
+    def ours_build():
+        build_index(passages, work / "ours-bm25", overwrite=True)
+
+    def bare_build():
+        stem = ours_bm25._stemmer(ours_bm25.STEMMER)
+        texts = [ours_bm25.document_text(p) for p in passages]
+        tokens = bm25s.tokenize(texts, stopwords=ours_bm25.STOPWORDS, stemmer=stem, show_progress=False)
+        model = bm25s.BM25(k1=ours_bm25.K1, b=ours_bm25.B, method="lucene")
+        model.index(tokens, show_progress=False)
+        model.save(str(work / "bare-bm25"), show_progress=False)
+
+    build = alternate(ours_build, bare_build, repeats)
+    retriever = open_index(work / "ours-bm25").retriever("bm25")
+    model = bm25s.BM25.load(str(work / "bare-bm25"), show_progress=False)
+    stem = ours_bm25._stemmer(ours_bm25.STEMMER)
+
+    def bare_search():
+        tokens = bm25s.tokenize(queries, stopwords=ours_bm25.STOPWORDS, stemmer=stem, return_ids=False,
+                                show_progress=False)
+        model.retrieve(tokens, k=50, show_progress=False)
+
+    search = alternate(lambda: retriever.search(queries, 50), bare_search, repeats)
+    return [("BM25 build (passages/s)", len(passages) / build[0], len(passages) / build[1]),
+            ("BM25 search k=50, one batch (queries/s)", len(queries) / search[0], len(queries) / search[1])]
+
+
+def bench_dense(passages, queries, vectors, work: Path, repeats: int) -> list[tuple]:
+    import faiss
+    import numpy as np
+
+    from cosearch_cli.index import build_index, open_index
+
+    def ours_build():
+        build_index(passages, work / "ours-dense", bm25=False, dense="minilm", embeddings=vectors, overwrite=True)
+
+    def bare_build():
+        index = faiss.IndexFlatIP(vectors.shape[1])
+        index.add(vectors)
+        faiss.write_index(index, str(work / "bare.faiss"))
+
+    build = alternate(ours_build, bare_build, repeats)
+    retriever = open_index(work / "ours-dense").retriever("dense")
+    encoder = retriever.encoder
+    flat = faiss.read_index(str(work / "bare.faiss"))
+    sample = queries[:1000]
+    search = alternate(lambda: retriever.search(sample, 50),
+                       lambda: flat.search(encoder.encode_queries(sample), 50), repeats)
+    qvec = encoder.encode_queries(queries)
+    # FAISS alone, on precomputed query vectors: our wrapper's own cost (row ids -> Hit objects)
+    wrapped = alternate(lambda: _hits_from(retriever, flat.search(qvec, 50)), lambda: flat.search(qvec, 50),
+                        repeats)
+    return [("dense build from cached vectors, flat (passages/s)", len(passages) / build[0],
+             len(passages) / build[1]),
+            ("dense search k=50 incl. MiniLM query encoding (queries/s)", len(sample) / search[0],
+             len(sample) / search[1]),
+            ("dense search k=50, precomputed query vectors (queries/s)", len(queries) / wrapped[0],
+             len(queries) / wrapped[1])], qvec
+
+
+def _hits_from(retriever, result):
+    from cosearch_cli.records import Hit
+
+    scores, rows = result
+    return [[Hit(id=retriever.row_ids[int(r)], score=float(s)) for r, s in zip(rr, ss) if r >= 0]
+            for rr, ss in zip(rows, scores)]
+
+
+def bench_faiss_types(vectors, qvec, work: Path) -> list[tuple]:
+    import numpy as np
+
+    from cosearch_cli.index.dense import build_faiss, write_faiss
+
+    out = []
+    exact = None
+    for kind in ("flat", "hnsw", "ivfpq"):
+        start = time.perf_counter()
+        index = build_faiss(vectors, kind)
+        build_s = time.perf_counter() - start
+        write_faiss(index, work / f"{kind}.faiss")
+        size = (work / f"{kind}.faiss").stat().st_size / len(vectors)
+        start = time.perf_counter()
+        _, rows = index.search(qvec, 50)
+        qps = len(qvec) / (time.perf_counter() - start)
+        if exact is None:
+            exact = rows
+        recall = float(np.mean([len(set(a) & set(e)) / 50 for a, e in zip(rows, exact)]))
+        out.append((kind, build_s, size, recall, qps))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="../shared/data")
+    parser.add_argument("--pyserini", help="python of a venv with pyserini==0.25.0 (Java 17) to compare")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default="bench/results/index_speed.md")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return pyserini_worker(args)
+
+    import numpy as np
+
+    from cosearch_cli.index import Corpus
+    from cosearch_cli.index.corpus import corpus_sha256
+    from cosearch_cli.index.dense import load_cached_embeddings
+
+    data = Path(args.data)
+    passages = list(Corpus(sorted(glob.glob(str(data / "corpus" / "*.jsonl")))))
+    questions = load_questions(data)
+    queries = [q["question"] for q in questions]
+    work = Path(tempfile.mkdtemp(prefix="bench-index-"))
+    lines = ["# Index build and search speed: cosearch vs the bare libraries", "",
+             f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`  ",
+             f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {platform.machine()}, "
+             f"{os.cpu_count()} cores, 24 GiB, no GPU, shared with other jobs (noisy); medians of "
+             f"{args.repeats} alternating runs.  ",
+             f"Corpus: {len(passages):,} passages (../shared/data/corpus/*.jsonl); queries: all {len(queries):,} "
+             "dev questions.", ""]
+    rows = bench_bm25(passages, queries, work, args.repeats)
+    vectors = load_cached_embeddings("minilm", corpus_sha256(passages), len(passages))
+    faiss_rows = []
+    if vectors is not None:
+        dense_rows, qvec = bench_dense(passages, queries, vectors, work, args.repeats)
+        rows += dense_rows
+        faiss_rows = bench_faiss_types(vectors, qvec, work)
+    lines += ["| what | cosearch | bare library | overhead |", "|---|---|---|---|"]
+    for name, ours, bare in rows:
+        lines.append(f"| {name} | {ours:,.0f} | {bare:,.0f} | {100 * (bare / ours - 1):+.1f}% |")
+    if vectors is None:
+        lines += ["", "Dense rows skipped: no cached MiniLM embeddings of this corpus."]
+    if faiss_rows:
+        lines += ["", "## FAISS index types (MiniLM, 384 dims, inner product)", "",
+                  "| type | build s | bytes/passage | recall@50 vs flat | queries/s (k=50) | wiki-18, 384 dims | "
+                  "wiki-18, e5-base 768 dims |", "|---|---|---|---|---|---|---|"]
+        for kind, build_s, size, recall, qps in faiss_rows:
+            scale768 = size * 2 if kind != "ivfpq" else size + 48  # ivfpq: dim/8 code bytes grow, ids do not
+            lines.append(f"| {kind} | {build_s:.2f} | {size:,.0f} | {recall:.3f} | {qps:,.0f} | "
+                         f"{size * WIKI18 / 1e9:.1f} GB | {scale768 * WIKI18 / 1e9:.1f} GB |")
+    if args.pyserini:
+        from cosearch_cli.index import open_index
+
+        report = run_pyserini(args.pyserini, data)
+        docs = open_index(work / "ours-bm25").docs
+        ours = open_index(work / "ours-bm25").retriever("bm25")
+        start = time.perf_counter()
+        ours_hits = ours.search(queries, 10)
+        ours_top10 = [[h.id for h in hs] for hs in ours_hits]
+        lines += ["", "## BM25 backends: pyserini 0.25.0 (Lucene 9, Java 17) vs bm25s (cosearch default)", "",
+                  f"pyserini import + JVM start: {report['jvm_start_s']:.1f} s. Index with 1 thread; search "
+                  "k=50, all dev questions, 1 thread.", "",
+                  "| backend | settings | index passages/s | batch queries/s | single queries/s | "
+                  + " | ".join(quality(ours_top10, questions, docs)) + " |",
+                  "|---|---|---|---|---|" + "---|" * len(quality(ours_top10, questions, docs))]
+        q_ours = quality(ours_top10, questions, docs)
+        bm25_build = rows[0]
+        bm25_search = rows[1]
+        single = len(queries[:500]) / median_time(lambda: [ours.search([q], 50) for q in queries[:500]], 1)
+        lines.append(f"| bm25s (cosearch) | k1=1.5 b=0.75, stemmed, title x4 | {bm25_build[1]:,.0f} | "
+                     f"{bm25_search[1]:,.0f} | {single:,.0f} | " + " | ".join(f"{v:.3f}" for v in q_ours.values())
+                     + " |")
+        for name, run in report["runs"].items():
+            q = quality(run["top10"], questions, docs)
+            lines.append(f"| pyserini | {name}: k1={run['k1']} b={run['b']}, title x{run['title_weight']} | "
+                         f"{len(passages) / run['index_s']:,.0f} | {run['batch_qps']:,.0f} | "
+                         f"{run['single_qps']:,.0f} | " + " | ".join(f"{q[k]:.3f}" for k in q_ours) + " |")
+        lines += ["", "Quality columns: gold-passage recall@10 (2wiki, hotpotqa, musique), answer hit@5 (others)."]
+    text = "\n".join(lines) + "\n"
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
