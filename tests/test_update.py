@@ -295,3 +295,14 @@ def test_micro_batch_plan_minimises_padding_within_the_budget():
     assert lengths(plan_micro_batches(seqs(3, 10, 2, 9), 100, overhead=128)) == [[10, 9, 3, 2]]
     # the budget bounds rows x longest row; a sequence longer than the budget goes alone
     assert lengths(plan_micro_batches(seqs(10, 9, 10, 50), 20, overhead=2)) == [[50], [10, 10], [9]]
+
+
+def test_gradient_checkpointing_gives_the_same_update(setup):
+    model, ref, records = setup
+    plain, checkpointed = copy.deepcopy(model), copy.deepcopy(model)
+    a = run_update(records, role="agent", model=plain, ref_model=ref, config=UpdateConfig(lr=1e-3))
+    b = run_update(records, role="agent", model=checkpointed, ref_model=ref,
+                   config=UpdateConfig(lr=1e-3, grad_checkpointing=True))
+    assert b.metrics["grad_norm"] == pytest.approx(a.metrics["grad_norm"], rel=1e-5)
+    for name, tensor in plain.state_dict().items():
+        torch.testing.assert_close(checkpointed.state_dict()[name], tensor, rtol=0, atol=1e-6)

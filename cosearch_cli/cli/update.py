@@ -132,8 +132,6 @@ def _load_policy(name: str, config, *, resumed: bool):
         lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha or 2 * config.lora_r,
                           target_modules="all-linear", lora_dropout=0.0, task_type="CAUSAL_LM")
         model = get_peft_model(model, lora)
-    if config.grad_checkpointing:
-        model.gradient_checkpointing_enable()
     return model, tokenizer
 
 

@@ -110,6 +110,12 @@ def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=
     params = [p for group in optimizer.param_groups for p in group["params"]]
     # Dropout stays off (eval mode) so the first ratio is exactly 1; checkpointing only runs in train mode.
     was_training = model.training
+    if config.grad_checkpointing:
+        enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.2 name
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train(config.grad_checkpointing)
     optimizer.zero_grad(set_to_none=True)
 
