@@ -298,7 +298,7 @@ class Runner:
         self._index = None
         self._ref = None
         self._loaded: dict[str, object] = {}  # model path -> backend; checkpoint folders never change
-        self._constraints: dict[str, tuple] = {}  # model path -> (agent factory, ranker factory)
+        self._constraints: dict[bool, tuple] = {}  # has a ranker model -> (agent factory, ranker factory)
 
     # -- setup ------------------------------------------------------------------------------------------
 
@@ -346,7 +346,7 @@ class Runner:
         from cosearch_cli.rollout import run_rollouts
 
         agent, ranker_backend = self._backends(models)
-        rollout_config = self._rollout_config(agent, greedy=greedy, seed=seed, ranker=ranker)
+        rollout_config = self._rollout_config(agent, ranker_backend, greedy=greedy, seed=seed, ranker=ranker)
         for done, record in enumerate(run_rollouts(questions, agent=agent, ranker_backend=ranker_backend,
                                                    index=self.index, config=rollout_config), start=1):
             if self.on_rollout:
@@ -371,13 +371,14 @@ class Runner:
                 self._loaded[path] = load_backend(path)
         return self._loaded[models.agent], self._loaded.get(models.ranker) if models.ranker else None
 
-    def _rollout_config(self, agent, *, greedy: bool, seed: int, ranker: str | None = None):
-        from cosearch_cli.rollout import RolloutConfig
+    def _rollout_config(self, agent, ranker_backend, *, greedy: bool, seed: int, ranker: str | None = None):
+        from cosearch_cli.rollout import RolloutConfig, constraint_factories
 
         c = self.config
-        if c.agent not in self._constraints:  # token tables depend only on the tokenizer
-            self._constraints[c.agent] = _constraint_factories(c.constrain, c.agent, agent)
-        agent_factory, ranker_factory = self._constraints[c.agent]
+        key = ranker_backend is not None  # token tables depend only on the (shared) tokenizer
+        if key not in self._constraints:
+            self._constraints[key] = constraint_factories(c.constrain, c.agent, agent, ranker_backend)
+        agent_factory, ranker_factory = self._constraints[key]
         return RolloutConfig(n=1 if greedy else c.n, max_turns=c.max_turns, top_n=c.top_n, k=c.k,
                              ranker=ranker or c.ranker, greedy=greedy, temperature=c.temperature, seed=seed,
                              max_new_tokens=c.max_new_tokens, agent_constraint=agent_factory,
@@ -555,17 +556,6 @@ class Runner:
 
         training_curves(rows, self.paths.root / "curves.png", title=self.config.name)
         _tensorboard(rows, self.paths.root / "tensorboard")
-
-
-def _constraint_factories(roles: str, model_name: str, backend):
-    """Rollout constraint factories for `--constrain`-style roles ("auto": on for the embedded model)."""
-    from cosearch_cli.constrain import make_constraints, parse_roles
-
-    made = make_constraints(parse_roles(roles, model_name), backend.tokenizer,
-                            vocab_size=backend.model.config.vocab_size)
-    agent = (lambda ctx: made.agent(final=ctx.last_turn)) if made.agent else None
-    ranker = (lambda ctx: made.ranker(n=ctx.n_candidates, k=ctx.k)) if made.ranker else None
-    return agent, ranker
 
 
 def _train_row(rolled: Sequence[RolloutRecord], scored: Sequence[RolloutRecord]) -> dict:

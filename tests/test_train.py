@@ -66,9 +66,9 @@ def tiny_model_dir(tmp_path_factory, tiny_lm):
 
 def _config(tmp_path: Path, model: Path, **overrides) -> TrainConfig:
     values = dict(name="t", out=str(tmp_path / "runs"), index=str(tmp_path / "index"), agent=str(model),
-                  ranker_model=str(model), constrain="agent,ranker", iterations=2, questions_per_iteration=2,
-                  n=2, kmin=2, max_turns=1, max_new_tokens=24, top_n=4, k=2, eval_limit=2, lr=1e-3,
-                  kl_coef=0.001, seed=3)
+                  ranker_model=str(model), constrain="agent,ranker", iterations=2, questions_per_iteration=1,
+                  n=2, kmin=2, max_turns=1, max_new_tokens=24, top_n=4, k=2, eval_limit=1, lr=1e-3,
+                  kl_coef=0.001, eval_every=0, seed=3)
     values.update(overrides)
     return load_config(**values)
 
