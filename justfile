@@ -44,3 +44,7 @@ bench-index *args:
 # the first run encodes the corpus (~25+ min on 2 cores; cached afterwards). Results: bench/results/retrieval_quality.md.
 bench-retrieval:
     nice -n 10 .venv/bin/python bench/retrieval_quality.py --data ../shared/data --index indexes/shared-32k --dense
+
+# Valid actions of the embedded model: free vs constrained vs warm-up vs both (issue 8), on ../shared/data dev.
+bench-valid-actions per_dataset="15" n="4":
+    nice -n 10 .venv/bin/python bench/valid_actions.py --per-dataset {{per_dataset}} --n {{n}} --out bench/results/valid_actions.json
