@@ -84,6 +84,9 @@ class RolloutConfig:
     """Repair invalid rankings (keep valid ids, fill from retriever order) instead of falling back to top-K."""
     retriever: str | None = None
     """Which retriever of the index to use (None: the index's default)."""
+    max_context: int | None = None
+    """Longest sequence the agent model takes; a trajectory that would outgrow it ends as a format failure
+    ("context full") instead of crashing the batch. None: the agent backend's own limit, if it tells one."""
     template: AgentTemplate = field(default_factory=AgentTemplate)
     """The agent's instruction and final-turn notice."""
     agent_constraint: ConstraintFactory | None = None
@@ -263,6 +266,11 @@ def _budget(max_new_tokens: int, requests: list[GenerationRequest]) -> int:
     return max([max_new_tokens, *bounds])
 
 
+def _context_limit(backend) -> int | None:
+    config = getattr(getattr(backend, "model", None), "config", None)
+    return getattr(config, "max_position_embeddings", None)
+
+
 def _agent_turn(live: list[_Live], agent: GenerationBackend, config: RolloutConfig,
                 stats: RolloutStats) -> list[_Live]:
     """One generation for every live trajectory; returns those that searched (they await an observation)."""
@@ -276,8 +284,21 @@ def _agent_turn(live: list[_Live], agent: GenerationBackend, config: RolloutConf
         requests.append(GenerationRequest(list(traj.token_ids), constraint=constraint,
                                           seed=derive_seed(config.seed, traj.question.id, traj.sample, turn,
                                                            "agent")))
+    budget = _budget(config.max_new_tokens, requests)
+    limit = config.max_context or _context_limit(agent)
+    if limit is not None:
+        fits = [len(r.prompt_ids) + budget <= limit for r in requests]
+        for traj, ok in zip(live, fits):
+            if not ok:
+                traj.format_error = (f"turn {traj.turn}: context full ({len(traj.token_ids)} tokens + {budget} "
+                                     f"new > {limit})")
+                traj.done = True
+        live = [t for t, ok in zip(live, fits) if ok]
+        requests = [r for r, ok in zip(requests, fits) if ok]
+        if not requests:
+            return []
     started = time.perf_counter()
-    generations = agent.generate(requests, _settings(config, _budget(config.max_new_tokens, requests), AGENT_STOPS))
+    generations = agent.generate(requests, _settings(config, budget, AGENT_STOPS))
     stats.agent_seconds += time.perf_counter() - started
     searching = []
     for traj, gen in zip(live, generations):

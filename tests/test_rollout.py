@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from cosearch_cli.agent import prompt_ids
 from cosearch_cli.errors import ConfigError
 from cosearch_cli.generation.base import Generation
 from cosearch_cli.generation.hf import HFBackend
@@ -188,6 +189,18 @@ def test_format_failures_are_recorded_not_raised(tokenizer):
     # the last observation tells the agent to answer
     assert tokenizer.decode(traj.token_ids).count("No searches are left") == 1
     assert stats.format_failures == 2 and stats.trajectories == 2
+
+
+def test_a_trajectory_that_outgrows_the_context_ends_as_a_format_failure(tokenizer):
+    agent = Scripted(tokenizer, search_then_answer)
+    prompt_len = len(prompt_ids(tokenizer, "capital of France", 2))
+    # the first turn fits (prompt + 80 new); after a search and its observation, 80 more do not
+    config = RolloutConfig(n=1, ranker="none", max_new_tokens=80, max_context=prompt_len + 100)
+    (record,) = run_rollouts(questions("capital of France"), agent=agent, ranker_backend=None, index=WordIndex(),
+                             config=config)
+    traj = record.trajectories[0]
+    assert [t.action for t in traj.turns] == ["search"] and traj.answer is None and not traj.format_ok
+    assert traj.format_error.startswith(f"turn 1: context full ({len(traj.token_ids)} tokens + 80 new > ")
 
 
 def test_config_errors():

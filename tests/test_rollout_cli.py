@@ -126,7 +126,8 @@ def test_missing_index_and_bad_options(cli, tiny_dir, questions_file, tmp_path):
 @pytest.mark.slow
 def test_embedded_smollm2_end_to_end(cli, index_dir, questions_file):
     result = cli("rollout", "--questions", questions_file, "--index", index_dir, "--n", "2", "--limit", "2",
-                 "--max-new-tokens", "16", "--max-turns", "1", "--constrain", "none", "--quiet")
+                 "--max-new-tokens", "12", "--ranker-max-new-tokens", "12", "--max-turns", "1", "--constrain",
+                 "none", "--quiet")
     assert result.exit_code == 0, result.stderr
     rows = _lines(result.stdout)
     assert [r["kind"] for r in rows] == ["rollout", "rollout", "manifest"]

@@ -67,6 +67,8 @@ def rollout(
     temperature: Annotated[float, typer.Option(help="Sampling temperature (log-probs are recorded at it).")] = 1.0,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass.")] = 1.0,
     max_new_tokens: Annotated[int | None, typer.Option(help="Agent tokens per turn (default: the preset's).")] = None,
+    ranker_max_new_tokens: Annotated[int | None, typer.Option(
+        help="Ranker tokens per call, reason + ranking (default: the preset's).")] = None,
     passage_tokens: Annotated[int | None, typer.Option(
         help="Tokens of each passage shown to the agent (default: the preset's).")] = None,
     question_chunk: Annotated[int | None, typer.Option(
@@ -97,7 +99,8 @@ def rollout(
     from cosearch_cli.rollout import run_rollouts
 
     overrides = dict(n=n, max_turns=max_turns, top_n=top_n, k=k, max_new_tokens=max_new_tokens,
-                     passage_tokens=passage_tokens, question_chunk=question_chunk)
+                     ranker_max_new_tokens=ranker_max_new_tokens, passage_tokens=passage_tokens,
+                     question_chunk=question_chunk)
     config = make_preset(preset, ranker=ranker, greedy=greedy, temperature=temperature, top_p=top_p, seed=seed,
                          lenient_ranker=lenient_ranker, retriever=retriever,
                          **{key: value for key, value in overrides.items() if value is not None})
