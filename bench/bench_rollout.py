@@ -99,7 +99,8 @@ def run_mode(mode: str, args) -> dict:
     from cosearch_cli.rollout import RolloutConfig, RolloutStats, constraint_factories, run_rollouts
 
     index = open_index(args.index)
-    lines = (ROOT / "fixtures" / "dev.jsonl").read_text().splitlines()[:args.questions]
+    count = args.questions if mode == "batched" else (args.naive_questions or args.questions)
+    lines = (ROOT / "fixtures" / "dev.jsonl").read_text().splitlines()[:count]
     questions = [read_question(json.loads(line), "dev.jsonl", i) for i, line in enumerate(lines, 1)]
     model, tokenizer = load_causal_lm("smollm2")
     backend = HFBackend(model, tokenizer) if mode == "batched" else Batch1Generate(model, tokenizer)
@@ -117,11 +118,11 @@ def run_mode(mode: str, args) -> dict:
     cpu = _cpu_seconds() - cpu_before
     trajs = [t for r in records for t in r.trajectories]
     calls = [c for r in records for c in r.ranker_calls]
-    return {"mode": mode, "wall_s": wall, "cpu_s": cpu, "agent_s": stats.agent_seconds, "ranker_s": stats.ranker_seconds,
-            "retrieval_s": stats.retrieval_seconds, "agent_tokens": stats.agent_tokens,
-            "ranker_tokens": stats.ranker_tokens, "trajectories": len(trajs), "ranker_calls": len(calls),
-            "format_ok": sum(t.format_ok for t in trajs), "ranker_valid": sum(c.valid for c in calls),
-            "searches": sum(t.n_searches for t in trajs),
+    return {"mode": mode, "questions": count, "wall_s": wall, "cpu_s": cpu, "agent_s": stats.agent_seconds,
+            "ranker_s": stats.ranker_seconds, "retrieval_s": stats.retrieval_seconds,
+            "agent_tokens": stats.agent_tokens, "ranker_tokens": stats.ranker_tokens, "trajectories": len(trajs),
+            "ranker_calls": len(calls), "format_ok": sum(t.format_ok for t in trajs),
+            "ranker_valid": sum(c.valid for c in calls), "searches": sum(t.n_searches for t in trajs),
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
@@ -130,23 +131,32 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _tokens(r: dict) -> int:
+    return r["agent_tokens"] + r["ranker_tokens"]
+
+
 def table(rows: list[dict]) -> str:
-    out = ["| mode | wall s | CPU s | generated tokens (agent + ranker) | tokens/s (wall) | tokens/CPU-s | agent s | ranker s | retrieval s | "
-           "other s | peak RSS GiB | searches | ranker calls (valid) | format ok |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    head = ["mode", "questions", "wall s", "CPU s", "generated tokens (agent + ranker)", "tokens/s (wall)",
+            "tokens/CPU-s", "agent s", "ranker s", "retrieval s", "other s", "peak RSS GiB", "searches",
+            "ranker calls (valid)", "format ok"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        tokens = r["agent_tokens"] + r["ranker_tokens"]
         other = r["wall_s"] - r["agent_s"] - r["ranker_s"] - r["retrieval_s"]
-        out.append(f"| {r['mode']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {tokens} ({r['agent_tokens']} + "
-                   f"{r['ranker_tokens']}) | {tokens / r['wall_s']:.1f} | {tokens / r['cpu_s']:.1f} | {r['agent_s']:.1f} | {r['ranker_s']:.1f} | {r['retrieval_s']:.2f} | "
-                   f"{other:.1f} | {r['peak_rss_gib']:.2f} | {r['searches']} | {r['ranker_calls']} "
-                   f"({r['ranker_valid']}) | {r['format_ok']}/{r['trajectories']} |")
+        cells = [r["mode"], r["questions"], f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}",
+                 f"{_tokens(r)} ({r['agent_tokens']} + {r['ranker_tokens']})", f"{_tokens(r) / r['wall_s']:.1f}",
+                 f"{_tokens(r) / r['cpu_s']:.1f}", f"{r['agent_s']:.1f}", f"{r['ranker_s']:.1f}",
+                 f"{r['retrieval_s']:.2f}", f"{other:.1f}", f"{r['peak_rss_gib']:.2f}", r["searches"],
+                 f"{r['ranker_calls']} ({r['ranker_valid']})", f"{r['format_ok']}/{r['trajectories']}"]
+        out.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=4, help="first Q questions of fixtures/dev.jsonl")
+    parser.add_argument("--naive-questions", type=int, default=None,
+                        help="run the naive loop on only the first of those questions (its tokens/s does not "
+                             "depend on how many it runs; batch-1 is slow on a shared machine)")
     parser.add_argument("--n", type=int, default=4, help="G trajectories per question")
     parser.add_argument("--max-turns", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=80)
@@ -173,11 +183,10 @@ def main() -> None:
             sys.exit(f"{mode} failed:\n{err[-3000:]}")
         rows.append(json.loads(out.strip().splitlines()[-1]))
     batched, naive = rows
-    tokens = lambda r: r["agent_tokens"] + r["ranker_tokens"]  # noqa: E731
     print(table(rows))
-    print(f"\nspeed-up, batched / naive: {tokens(batched) / batched['wall_s'] / (tokens(naive) / naive['wall_s']):.1f}x "
-          f"in generated tokens per wall second, "
-          f"{tokens(batched) / batched['cpu_s'] / (tokens(naive) / naive['cpu_s']):.1f}x per CPU second")
+    wall = (_tokens(batched) / batched["wall_s"]) / (_tokens(naive) / naive["wall_s"])
+    cpu = (_tokens(batched) / batched["cpu_s"]) / (_tokens(naive) / naive["cpu_s"])
+    print(f"\nspeed-up, batched / naive: {wall:.1f}x in generated tokens per wall second, {cpu:.1f}x per CPU second")
 
 
 if __name__ == "__main__":

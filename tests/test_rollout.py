@@ -159,8 +159,8 @@ def test_llm_ranker_invalid_output_falls_back_and_is_flagged(tokenizer):
 def test_oracle_promotes_the_answer_passage(tokenizer):
     agent = Scripted(tokenizer, search_then_answer)
     config = RolloutConfig(n=1, top_n=4, k=2, ranker="oracle")
-    (record,) = run_rollouts([Question("q", "France Rhone Europe country", ["Paris"])], agent=agent, ranker_backend=None,
-                             index=WordIndex(), config=config)
+    question = Question("q", "France Rhone Europe country", ["Paris"])
+    (record,) = run_rollouts([question], agent=agent, ranker_backend=None, index=WordIndex(), config=config)
     call = record.ranker_calls[0]
     assert call.candidate_ids == ["p2", "p0", "p1", "p3"]  # 3, 2, 1 and 0 query words
     assert call.candidate_has_answer == [False, False, True, False]
