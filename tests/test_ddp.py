@@ -42,7 +42,7 @@ def test_two_gloo_processes_equal_one(cli, setup, parallel):
     root = setup
     options = ["--model", root / "tiny", "--lr", "1e-3", "--kl-coef", "0.01", "--token-budget", "40",
                "--loss-agg", "seq-mean-token-mean", "--parallel", parallel, root / "scored.jsonl"]
-    single = cli("update", "--out", root / "single", *options)
+    single = cli("update", "--out", root / f"single-{parallel}", *options)
     assert single.exit_code == 0, single.stderr
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -65,7 +65,7 @@ def test_two_gloo_processes_equal_one(cli, setup, parallel):
         assert two[key] == pytest.approx(one[key], rel=1e-5, abs=1e-8), key
     assert two["tokens"] == one["tokens"] and two["sequences"] == one["sequences"]
 
-    a = load_file(root / "single" / "model.safetensors")
+    a = load_file(root / f"single-{parallel}" / "model.safetensors")
     b = load_file(root / parallel / "model.safetensors")
     base = load_file(root / "tiny" / "model.safetensors")
     assert a.keys() == b.keys()

@@ -49,6 +49,8 @@ def update(
     grad_checkpointing: Annotated[bool, Opt(help="Recompute activations in backward: slower, less memory.")]
     = False,
     parallel: Annotated[str, Opt(help="Under torchrun: ddp (full model per process) or fsdp (sharded).")] = "ddp",
+    device: Annotated[str, Opt(help="cpu, cuda, or auto (cuda when available; under torchrun the local rank's "
+                                    "GPU).")] = "auto",
     overwrite: Overwrite = False,
     seed: Seed = 0,
     quiet: Quiet = False,
@@ -89,9 +91,11 @@ def update(
     torch.manual_seed(seed)
     policy_name = resume or model
     info = read_info(policy_name) if Path(policy_name).is_dir() else {}
-    policy, tokenizer = _load_policy(policy_name, config, resumed=resume is not None)
+    if device == "auto":
+        device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+    policy, tokenizer = _load_policy(policy_name, config, device)
     ref_name = ref or info.get("ref") or policy_name
-    ref_model = _load_reference(ref_name) if config.kl_coef > 0 else None
+    ref_model = _load_reference(ref_name, device) if config.kl_coef > 0 else None
     optimizer_state = load_optimizer_state(resume) if resume else None
 
     result = run_update(records, role=role, model=policy, ref_model=ref_model, config=config,
@@ -114,7 +118,7 @@ def update(
                      f"{note}, {metrics['seconds']:.1f} s -> {out}")
 
 
-def _load_policy(name: str, config, *, resumed: bool):
+def _load_policy(name: str, config, device: str):
     """The model to train; a LoRA adapter folder resumes its adapter on top of its recorded base."""
     from cosearch_cli.models import load_causal_lm
 
@@ -123,9 +127,9 @@ def _load_policy(name: str, config, *, resumed: bool):
         from peft import PeftModel
 
         base_name = orjson.loads(adapter.read_bytes())["base_model_name_or_path"]
-        base, tokenizer = load_causal_lm(base_name)
+        base, tokenizer = load_causal_lm(base_name, device=device)
         return PeftModel.from_pretrained(base, name, is_trainable=True), tokenizer
-    model, tokenizer = load_causal_lm(name)
+    model, tokenizer = load_causal_lm(name, device=device)
     if config.lora_r:
         from peft import LoraConfig, get_peft_model
 
@@ -135,10 +139,10 @@ def _load_policy(name: str, config, *, resumed: bool):
     return model, tokenizer
 
 
-def _load_reference(name: str):
+def _load_reference(name: str, device: str):
     from cosearch_cli.models import load_causal_lm
 
-    ref_model, _ = load_causal_lm(name)
+    ref_model, _ = load_causal_lm(name, device=device)
     for p in ref_model.parameters():
         p.requires_grad_(False)
     return ref_model

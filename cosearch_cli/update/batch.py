@@ -144,6 +144,11 @@ class MicroBatch:
     seq_tokens: torch.Tensor  # [N] trained tokens of the sequence this token belongs to
     weight: float = 1.0  # 0 for a placeholder batch that only keeps distributed ranks in step
 
+    def to(self, device) -> "MicroBatch":
+        moved = {name: value.to(device) if isinstance(value, torch.Tensor) else value
+                 for name, value in vars(self).items()}
+        return MicroBatch(**moved)
+
     @property
     def padded_tokens(self) -> int:
         return self.input_ids.numel()

@@ -38,16 +38,26 @@ def is_main() -> bool:
     return rank_world()[0] == 0
 
 
+def _comm_device() -> torch.device:
+    """NCCL reduces only GPU tensors; gloo only CPU ones."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
-    if rank_world()[1] > 1:
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return tensor
+    """The sum over processes (a new CPU tensor when there are several)."""
+    if rank_world()[1] == 1:
+        return tensor
+    moved = tensor.to(_comm_device())
+    dist.all_reduce(moved, op=dist.ReduceOp.SUM)
+    return moved.cpu()
 
 
 def all_reduce_max(value: int) -> int:
     if rank_world()[1] == 1:
         return value
-    tensor = torch.tensor([value], dtype=torch.long)
+    tensor = torch.tensor([value], dtype=torch.long, device=_comm_device())
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return int(tensor.item())
 

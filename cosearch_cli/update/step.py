@@ -64,7 +64,9 @@ def accumulate_gradients(policy, ref_model, batches: list[MicroBatch], config: U
     aggregate = LOSS_AGG[config.loss_agg]
     world = distributed.rank_world()[1]
     sums = torch.zeros(len(_SUMS), dtype=torch.float64)
+    device = next(policy.parameters()).device
     for i, mb in enumerate(batches):
+        mb = mb.to(device)
         with distributed.grad_sync(policy, sync=i == len(batches) - 1):
             logp, entropy = token_logprobs(policy, mb, with_entropy=True)
             ref_logp = None
@@ -82,7 +84,7 @@ def accumulate_gradients(policy, ref_model, batches: list[MicroBatch], config: U
                 w * terms.kl.sum().item() if terms.kl is not None else 0.0,
                 w * terms.clipped.sum().item(), w * entropy.sum().item(), w * terms.ratio.sum().item(),
                 w * len(logp), w * mb.real_tokens, w * mb.padded_tokens], dtype=torch.float64)
-    distributed.all_reduce_sum(sums)
+    sums = distributed.all_reduce_sum(sums)
     return dict(zip(_SUMS, sums.tolist()))
 
 
