@@ -41,8 +41,11 @@ class AgentTemplate:
 def prompt_ids(tokenizer, question: str, max_turns: int, template: AgentTemplate | None = None) -> list[int]:
     """The agent's prompt: the chat template's user turn plus the opening of the assistant turn."""
     template = template or AgentTemplate()
-    user = template.instruction.format(question=question, max_turns=max_turns, **_TAGS)
-    return chat_prompt_ids(tokenizer, user, system=template.system)
+    return chat_prompt_ids(tokenizer, render_instruction(template, question, max_turns), system=template.system)
+
+
+def render_instruction(template: AgentTemplate, question: str, max_turns: int) -> str:
+    return template.instruction.format(question=question, max_turns=max_turns, **_TAGS)
 
 
 def chat_prompt_ids(tokenizer, user: str, *, system: str | None = None) -> list[int]:

@@ -141,3 +141,21 @@ def test_embedded_smollm2_end_to_end(cli, index_dir, questions_file):
             assert tokenizer.decode(masked_in) == "".join(t.text for t in traj.turns)
             assert tokenizer.decode(traj.token_ids[:traj.prompt_len]).endswith("<|im_start|>assistant\n")
             assert traj.format_ok == (traj.answer is not None)
+
+
+def test_custom_template_and_a_bad_one(cli, index_dir, tiny_dir, questions_file, tmp_path):
+    good = tmp_path / "t.txt"
+    good.write_text("Q: {question} (use {search_open} at most {max_turns} times)")
+    result = cli("rollout", "--questions", questions_file, "--index", index_dir, "--agent", tiny_dir, "--n", "1",
+                 "--limit", "1", "--ranker", "none", "--max-new-tokens", "2", "--template", good, "--quiet")
+    assert result.exit_code == 0, result.stderr
+    from cosearch_cli.models import load_tokenizer
+
+    record = read_rollout(_lines(result.stdout)[0], "<stdout>", 1)
+    prompt = load_tokenizer(str(tiny_dir)).decode(record.trajectories[0].token_ids[:record.trajectories[0].prompt_len])
+    assert f"Q: {record.question} (use <search> at most 2 times)" in prompt
+    assert record.sampling["template"]["instruction"] == good.read_text()
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Q: {questoin}")
+    _error(cli("rollout", "--questions", questions_file, "--index", index_dir, "--template", bad), 3,
+           "the template has an unknown placeholder ('questoin')")

@@ -31,6 +31,22 @@ def read_questions(path: str) -> tuple[list[Question], Reader]:
     return questions, reader
 
 
+def read_template(path: str):
+    """An AgentTemplate from an instruction file, checked by formatting it once."""
+    from cosearch_cli.agent import AgentTemplate, render_instruction
+
+    file = Path(path)
+    if not file.is_file():
+        raise InputError("template file not found", path=path, fix="pass a text file with the agent's instruction")
+    template = AgentTemplate(instruction=file.read_text())
+    try:
+        render_instruction(template, "question?", 1)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise InputError(f"the template has an unknown placeholder ({exc})", path=path,
+                         fix="use {question}, {max_turns} and the tag names only; double literal braces") from None
+    return template
+
+
 def parse_shard(value: str | None) -> tuple[int, int]:
     """`i/N` -> (i, N), 0 <= i < N; questions go round-robin, so shard i holds questions i, i+N, i+2N, ..."""
     if value is None:
@@ -73,6 +89,9 @@ def rollout(
         help="Tokens of each passage shown to the agent (default: the preset's).")] = None,
     question_chunk: Annotated[int | None, typer.Option(
         help="Questions in flight at once (batch = G x this); bounds memory.")] = None,
+    template: Annotated[str | None, typer.Option(
+        help="Text file with the agent's instruction; it may use {question}, {max_turns} and the tag names "
+             "{search_open}, {search_close}, {answer_open}, ... (default: the built-in one).")] = None,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
     encoder: Annotated[str | None, typer.Option(
         help="Query encoder the dense index must have been built with (checked; default: the index's).")] = None,
@@ -104,6 +123,8 @@ def rollout(
     config = make_preset(preset, ranker=ranker, greedy=greedy, temperature=temperature, top_p=top_p, seed=seed,
                          lenient_ranker=lenient_ranker, retriever=retriever,
                          **{key: value for key, value in overrides.items() if value is not None})
+    if template is not None:
+        config = replace(config, template=read_template(template))
     shard_i, shard_n = parse_shard(shard)
     if limit is not None and limit < 1:
         raise ConfigError("--limit must be at least 1", fix="leave it out to run every question")
