@@ -13,12 +13,11 @@ fixtures:
     .venv/bin/python scripts/make_fixtures.py ../shared/data fixtures
 
 # The oracle-retrieval study (paper Table 1) on ../shared/data dev: 30 questions per dataset (bamboogle: all
-# 25), all 32,628 passages (BM25), embedded SmolLM2 agent; --ranker none and --ranker llm against the oracle
-# (the second run reuses the oracle half). Resumable: rerun to continue. Results: bench/results/oracle_*.
+# 25), all 32,628 passages (BM25), embedded SmolLM2 agent; --ranker none and --ranker llm against the oracle.
+# Halves advance together 35 questions at a time; rerun to continue; `--report-only` reports what is finished.
 oracle-study out="runs/oracle-study":
     test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
-    nice -n 10 .venv/bin/cosearch oracle --questions '../shared/data/dev/*.jsonl' --per-dataset 30 --question-chunk 32 --index indexes/dev-bm25 --ranker none --out {{out}} -o {{out}}/summary-none.json
-    nice -n 10 .venv/bin/cosearch oracle --questions '../shared/data/dev/*.jsonl' --per-dataset 30 --question-chunk 32 --index indexes/dev-bm25 --ranker llm --ranker none --out {{out}} -o {{out}}/summary.json
+    nice -n 10 .venv/bin/cosearch oracle --questions '../shared/data/dev/*.jsonl' --per-dataset 30 --question-chunk 32 --block 35 --index indexes/dev-bm25 --ranker none --ranker llm --out {{out}} -o {{out}}/summary.json
 
 # Speed of `cosearch group` and `cosearch reward`: 500 vs 2,000 questions (50 ranker calls each).
 bench-group-reward:

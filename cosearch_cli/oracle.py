@@ -155,23 +155,38 @@ class StudyFolder:
 # Running
 
 
+def interleave(questions: Sequence[Question]) -> list[Question]:
+    """Round-robin over datasets (in order of first appearance), so a partial study covers all of them evenly."""
+    by_dataset: dict[str, list[Question]] = {}
+    for q in questions:
+        by_dataset.setdefault(q.dataset, []).append(q)
+    longest = max((len(v) for v in by_dataset.values()), default=0)
+    return [qs[i] for i in range(longest) for qs in by_dataset.values() if i < len(qs)]
+
+
+def extend_half(half: str, questions: Sequence[Question], folder: StudyFolder, rollouts: RolloutFn,
+                clock: Callable[[], float]) -> dict[str, RolloutRecord]:
+    """Roll out the questions this half still lacks, appending each to its partial file as it finishes."""
+    done = folder.load_partial(half)
+    wanted = {q.id for q in questions}
+    todo = [q for q in questions if q.id not in done]
+    started = clock()
+    for record in rollouts(half, todo) if todo else ():
+        assert record.question_id in wanted, f"rollout returned an unexpected question {record.question_id!r}"
+        now = clock()
+        folder.append(half, record, now - started)
+        started = now
+        done[record.question_id] = record
+    return done
+
+
 def run_half(half: str, questions: Sequence[Question], folder: StudyFolder, rollouts: RolloutFn,
              manifest: Callable[[str], dict], clock: Callable[[], float]) -> list[RolloutRecord]:
     """Finish one half: reuse it if finished, else roll out only the questions it still lacks."""
     finished = folder.load_final(half)
     if finished is not None:
         return finished
-    done = folder.load_partial(half)
-    wanted = {q.id for q in questions}
-    todo = [q for q in questions if q.id not in done]
-    started = clock()
-    for record in rollouts(half, todo):
-        if record.question_id not in wanted:
-            raise AssertionError(f"rollout returned an unexpected question {record.question_id!r}")
-        now = clock()
-        folder.append(half, record, now - started)
-        started = now
-        done[record.question_id] = record
+    done = extend_half(half, questions, folder, rollouts, clock)
     missing = [q.id for q in questions if q.id not in done]
     assert not missing, f"rollout finished without questions {missing[:3]}"
     records = [done[q.id] for q in questions]
@@ -185,8 +200,28 @@ def pending_halves(halves: Sequence[str], folder: StudyFolder) -> list[str]:
 
 
 def run_study(questions: Sequence[Question], halves: Sequence[str], folder: StudyFolder, rollouts: RolloutFn,
-              manifests: Callable[[str], dict], clock: Callable[[], float]) -> dict[str, list[RolloutRecord]]:
+              manifests: Callable[[str], dict], clock: Callable[[], float], *, block: int = 0
+              ) -> dict[str, list[RolloutRecord]]:
+    """Run every half. With `block` > 0 the halves advance together, `block` questions at a time, so that an
+    interrupted study already holds paired results (see `finished_in_every_half`)."""
+    if block > 0:
+        # The oracle right after the first ranker: the first pair of halves completes earliest.
+        order = [h for h in halves[:1] if h != ORACLE] + [ORACLE] + [h for h in halves[1:] if h != ORACLE]
+        for end in range(block, len(questions), block):
+            for half in pending_halves(order, folder):
+                extend_half(half, questions[:end], folder, rollouts, clock)
     return {half: run_half(half, questions, folder, rollouts, manifests, clock) for half in halves}
+
+
+def finished_in_every_half(questions: Sequence[Question], halves: Sequence[str], folder: StudyFolder
+                           ) -> dict[str, list[RolloutRecord]]:
+    """The records of the questions that every half has finished (finished or partial), in question order."""
+    done = {}
+    for half in halves:
+        final = folder.load_final(half)
+        done[half] = {r.question_id: r for r in final} if final is not None else folder.load_partial(half)
+    common = [q.id for q in questions if all(q.id in d for d in done.values())]
+    return {half: [done[half][qid] for qid in common] for half in halves}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ import pytest
 from test_evaluate import make_record
 
 from cosearch_cli.errors import ConfigError
-from cosearch_cli.oracle import (ORACLE, StudyFolder, relative_gap, run_study, study_halves, summarize,
-                                 table1_markdown)
+from cosearch_cli.oracle import (ORACLE, StudyFolder, finished_in_every_half, interleave, relative_gap, run_study,
+                                 study_halves, summarize, table1_markdown)
 from cosearch_cli.records import Question
 
 # --- the oracle ranker's promotion (cosearch_cli.ranker.oracle) ----------------------------------------
@@ -136,6 +136,35 @@ def test_settings_must_match_to_resume(tmp_path):
         folder.check_settings("none", {"max_turns": 3})
     folder.remove("none")
     folder.check_settings("none", {"max_turns": 3})
+
+
+def test_interleave_round_robins_datasets():
+    order = [q.id for q in interleave(QUESTIONS + [Question("q4", "?", ["a"], "hotpotqa")])]
+    assert order == ["q0", "q2", "q1", "q3", "q4"]
+
+
+def test_blocks_advance_the_halves_together(tmp_path):
+    asked: list = []
+    inner = fake_rollouts(asked)
+
+    def killed_after_three(half, questions):
+        for record in inner(half, questions):
+            if len(asked) > 3:
+                raise RuntimeError("killed")
+            yield record
+
+    with pytest.raises(RuntimeError):
+        run_study(QUESTIONS, ["none", ORACLE], StudyFolder(tmp_path), killed_after_three, manifests, ticks(),
+                  block=1)
+    # Block 1: none q0, oracle q0; block 2: none q1, then killed while the oracle ran q1.
+    assert asked == [("none", "q0"), (ORACLE, "q0"), ("none", "q1"), (ORACLE, "q1")]
+    paired = finished_in_every_half(QUESTIONS, ["none", ORACLE], StudyFolder(tmp_path))
+    assert [r.question_id for r in paired["none"]] == ["q0"] and [r.question_id for r in paired[ORACLE]] == ["q0"]
+    asked.clear()
+    records = run_study(QUESTIONS, ["none", ORACLE], StudyFolder(tmp_path), fake_rollouts(asked), manifests,
+                        ticks(), block=1)
+    assert asked == [(ORACLE, "q1"), ("none", "q2"), (ORACLE, "q2"), ("none", "q3"), (ORACLE, "q3")]
+    assert [r.question_id for r in records[ORACLE]] == ["q0", "q1", "q2", "q3"]
 
 
 # --- Table 1 ---------------------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ def test_second_ranker_reuses_the_oracle_half_and_rerun_recomputes_nothing(study
     asked.clear()
     result = run_cli(*args, "--ranker", "llm", "--ranker", "none", "--quiet")
     assert result.exit_code == 0, result.stderr
-    assert asked == [("llm", q) for q in ("q0", "q1", "q2", "q3")]
+    assert asked == [("llm", q) for q in ("q0", "q2", "q1", "q3")]  # datasets interleaved
     assert [r["ranker"] for r in json.loads(result.stdout)["table1"]] == ["llm", "none", "oracle"]
     asked.clear()
     assert run_cli(*args, "--ranker", "llm", "--quiet").exit_code == 0
@@ -95,3 +95,29 @@ def test_bad_input(study, tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     one_line_error(run_cli("oracle", "--questions", empty, "--index", tmp_path), 3, "no questions")
+
+
+def test_blocks_leave_paired_results_for_a_partial_report(study, monkeypatch):
+    args, asked, out = study
+    real = rollout.run_rollouts
+
+    def dies_in_the_second_block(questions, **kwargs):
+        if len(asked) >= 4:  # blocks of 2: none q0 q2, oracle q0 q2, then the study is killed
+            raise KeyboardInterrupt
+        return real(questions, **kwargs)
+
+    monkeypatch.setattr(rollout, "run_rollouts", dies_in_the_second_block)
+    assert run_cli(*args, "--ranker", "none", "--block", "2", "--quiet").exit_code != 0  # Ctrl-C
+    assert asked == [("none", "q0"), ("none", "q2"), ("oracle", "q0"), ("oracle", "q2")]
+    result = run_cli(*args, "--ranker", "none", "--report-only", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["title"].endswith("(PARTIAL: 2 of 4 questions finished in every half)")
+    assert {r["ranker"]: r["average"] for r in summary["table1"]} == {"none": 0.5, "oracle": 1.0}
+    assert "PARTIAL" in (out / "report.md").read_text()
+    assert len(asked) == 4  # --report-only ran nothing
+
+
+def test_report_only_before_anything_ran(study):
+    args, _, _ = study
+    one_line_error(run_cli(*args, "--ranker", "none", "--report-only"), 7, "no question is finished")

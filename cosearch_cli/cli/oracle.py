@@ -13,10 +13,10 @@ from cosearch_cli.artifacts import Reader, make_manifest, write_json_atomic
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import Quiet, Seed, stderr
 from cosearch_cli.cli.evaluate import render, show, write_png, write_summary
-from cosearch_cli.errors import ConfigError, InputError, RecordError
+from cosearch_cli.errors import ConfigError, InputError, NothingToDo, RecordError
 from cosearch_cli.evaluate import DATASETS
-from cosearch_cli.oracle import (ORACLE, StudyFolder, pending_halves, report_markdown, run_study, study_halves,
-                                 summarize)
+from cosearch_cli.oracle import (ORACLE, StudyFolder, finished_in_every_half, interleave, pending_halves,
+                                 report_markdown, run_study, study_halves, summarize)
 from cosearch_cli.plots import oracle_figure
 from cosearch_cli.records import Question, read_question
 
@@ -120,6 +120,12 @@ def oracle_command(
                                  "top-K (named in the report).")] = False,
     yes_no_rule: Annotated[bool, typer.Option("--yes-no-rule", help="Score with HotpotQA's yes/no F1 rule.")] = False,
     bootstrap: Annotated[int, typer.Option(help="Paired-bootstrap replicates for the oracle-minus-ranker CI.")] = 1000,
+    block: Annotated[int, typer.Option(
+        help="Advance all halves together, this many questions at a time (0: one half after the other), so an "
+             "interrupted study already holds paired results for --report-only.")] = 0,
+    report_only: Annotated[bool, typer.Option(
+        "--report-only", help="Run nothing: report on the questions every half has finished so far (a partial "
+                              "study is labelled as such).")] = False,
     overwrite: Annotated[bool, typer.Option(help="Recompute the requested halves even if --out holds them.")] = False,
     output: Annotated[str, typer.Option("--output", "-o", help="Where to write the JSON summary (or -).")] = "-",
     seed: Seed = 0,
@@ -132,7 +138,7 @@ def oracle_command(
     from cosearch_cli.rollout import run_rollouts
 
     halves = study_halves(ranker)
-    if per_dataset < 0 or bootstrap < 1:
+    if per_dataset < 0 or bootstrap < 1 or block < 0:
         raise ConfigError("--per-dataset must be 0 or more and --bootstrap at least 1",
                           fix="e.g. --per-dataset 30 --bootstrap 1000")
     ranker_model = ranker_model or agent
@@ -141,6 +147,7 @@ def oracle_command(
     config = rollout_preset(preset, n=n, greedy=greedy, seed=seed, retriever=retriever,
                             lenient_ranker=lenient_ranker, **overrides)
     qs, reader = read_questions(questions, per_dataset)
+    qs = interleave(qs)
     folder = StudyFolder(Path(out))
     models = _Models(agent, ranker_model, index, constrain)
 
@@ -161,7 +168,7 @@ def oracle_command(
                              upstream=[models.index().manifest])
 
     todo = pending_halves(halves, folder)
-    if todo and not quiet:
+    if todo and not quiet and not report_only:
         stderr.print(f"oracle study: {len(qs)} questions; to run: {', '.join(todo)}; reusing: "
                      f"{', '.join(h for h in halves if h not in todo) or 'nothing'}; folder {out}")
 
@@ -170,7 +177,8 @@ def oracle_command(
             return
         half_config = models.constraints(replace(config, ranker=half), half)
         ranker_backend = models.ranker() if half == "llm" else None
-        done_before = len(qs) - len(todo_questions)
+        partial = folder.partial(half)
+        done_before = len(partial.read_bytes().splitlines()) if partial.is_file() else 0
         with _progress(quiet) as bar:
             task = bar.add_task(f"{half}", total=len(qs), completed=done_before)
             for record in run_rollouts(todo_questions, agent=models.agent(), ranker_backend=ranker_backend,
@@ -182,9 +190,18 @@ def oracle_command(
                                  f"at {time.strftime('%H:%M:%S')}", soft_wrap=True)
                 yield record
 
-    records = run_study(qs, halves, folder, rollouts, manifest, time.monotonic)
+    if report_only:
+        records = finished_in_every_half(qs, halves, folder)
+        if not records[ORACLE]:
+            raise NothingToDo(f"no question is finished in every half yet in {out}",
+                              fix="run the study first (without --report-only)")
+    else:
+        records = run_study(qs, halves, folder, rollouts, manifest, time.monotonic, block=block)
+    title = "Oracle retrieval study"
+    if len(records[ORACLE]) < len(qs):
+        title += f" (PARTIAL: {len(records[ORACLE])} of {len(qs)} questions finished in every half)"
     result = summarize(records, yes_no_rule=yes_no_rule, bootstrap=bootstrap, seed=seed)
-    _report(result, folder, halves, settings, reader, seed, out, output, quiet, questions, index, agent)
+    _report(result, title, folder, halves, settings, reader, seed, out, output, quiet, questions, index, agent)
 
 
 def _progress(quiet: bool):
@@ -198,7 +215,7 @@ _TABLE1_COLUMNS = [("ranker", "dataset"), ("questions", "n"), ("single-hop", "si
                    ("oracle - this (avg F1)", "oracle - this"), ("ci_low", "95% CI low"), ("ci_high", "95% CI high")]
 
 
-def _report(result, folder: StudyFolder, halves, settings, reader, seed, out, output, quiet, questions, index,
+def _report(result, title: str, folder: StudyFolder, halves, settings, reader, seed, out, output, quiet, questions, index,
             agent) -> None:
     upstream = []
     for half in halves:
@@ -216,9 +233,9 @@ def _report(result, folder: StudyFolder, halves, settings, reader, seed, out, ou
     context = [("questions file(s)", ", ".join(f"`{q}`" for q in questions)), ("index", f"`{index}`"),
                ("agent", f"`{agent}`"), ("halves", ", ".join(halves)),
                ("rollout wall time per half (s)", ", ".join(f"{h} {s}" for h, s in seconds.items()))]
-    report = report_markdown(result, title="Oracle retrieval study", context=context, figure="oracle.png")
+    report = report_markdown(result, title=title, context=context, figure="oracle.png")
     (folder.root / "report.md").write_text(report)
-    summary = {"kind": "oracle-study", "variant_name": variant, "table1": result.table,
+    summary = {"kind": "oracle-study", "title": title, "variant_name": variant, "table1": result.table,
                "datasets": {h: ev.datasets + ev.groups for h, ev in result.evaluations.items()},
                "seconds": seconds, "manifest": manifest}
     write_json_atomic(folder.root / "summary.json", summary)
