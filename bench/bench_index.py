@@ -30,20 +30,21 @@ from pathlib import Path
 WIKI18 = 21_015_324  # passages in the Search-R1/FlashRAG wiki-18 100-word dump
 
 
-def load_corpus_rows(data: Path) -> list[dict]:
+def read_jsonl(pattern: str) -> list[dict]:
+    """Rows of every file matching `pattern`, files in sorted order (stdlib only: runs in the pyserini venv)."""
     rows = []
-    for path in sorted(glob.glob(str(data / "corpus" / "*.jsonl"))):
+    for path in sorted(glob.glob(pattern)):
         with open(path) as handle:
             rows.extend(json.loads(line) for line in handle if line.strip())
     return rows
 
 
+def load_corpus_rows(data: Path) -> list[dict]:
+    return read_jsonl(str(data / "corpus" / "*.jsonl"))
+
+
 def load_questions(data: Path) -> list[dict]:
-    out = []
-    for path in sorted(glob.glob(str(data / "dev" / "*.jsonl"))):
-        with open(path) as handle:
-            out.extend(json.loads(line) for line in handle if line.strip())
-    return out
+    return read_jsonl(str(data / "dev" / "*.jsonl"))
 
 
 # ---------------------------------------------------------------------------------------------------------
