@@ -108,3 +108,13 @@ def test_queries_missing_field_and_existing_output(tmp_path, built):
     corpus = write_lines(tmp_path / "corpus2.jsonl", GOOD)
     again = run_cli("index", "build", "--corpus", corpus, "--out", built, "--quiet")
     assert again.exit_code == 8 and "--overwrite" in again.stderr
+
+
+def test_index_wiki_reads_the_flashrag_contents_form(tmp_path):
+    rows = [{"id": str(i), "contents": f'"Title {i}"\nPassage number {i} about topic{i}.'} for i in range(5)]
+    corpus = write_lines(tmp_path / "wiki.jsonl", rows)
+    result = run_cli("index", "wiki", "--corpus", corpus, "--out", tmp_path / "wiki")
+    assert result.exit_code == 0, result.stderr
+    assert "indexed 5 passages (bm25)" in result.stderr and result.stdout == ""
+    found = run_cli("search", "--index", tmp_path / "wiki", "topic3", "-k", "1")
+    assert found.stdout == "1\t" + found.stdout.split("\t")[1] + "\t3\tTitle 3\tPassage number 3 about topic3.\n"
