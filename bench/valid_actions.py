@@ -14,6 +14,7 @@ Results are appended to --out (JSON) after every setting, so a partial run still
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -97,7 +98,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--index", default="/tmp/cosearch-bench-shared-index")
-    ap.add_argument("--settings", default="free,constrained,warmup,warmup+constrained")
+    ap.add_argument("--settings", default="constrained,warmup+constrained,free,warmup",
+                    help="settings to run, in this order (the warm-up trains once, on a copy, before the first)")
     ap.add_argument("--out", default="bench/results/valid_actions.json")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a crowded 2-core box)")
     ap.add_argument("--question-chunk", type=int, default=8, help="questions in flight (batch = n x this)")
@@ -117,13 +119,18 @@ def main() -> None:
     wanted = args.settings.split(",")
 
     model, tokenizer = load_causal_lm("smollm2")
-    backend = HFBackend(model, tokenizer)
-    if "free" in wanted:
-        run_setting("free", backend, "smollm2", "none", evaluation, index, config, results, args.out)
-    if "constrained" in wanted:
-        run_setting("constrained", backend, "smollm2", "agent,ranker", evaluation, index, config, results, args.out)
-    if not any(w.startswith("warmup") for w in wanted):
-        return
+    base = HFBackend(model, tokenizer)
+    warm = None
+    for name in wanted:  # in the order given, so the most wanted settings finish first
+        if name.startswith("warmup") and warm is None:
+            warm = HFBackend(warm_up(copy.deepcopy(model), tokenizer, train, index, config, args, results),
+                             tokenizer)
+        backend = warm if name.startswith("warmup") else base
+        constrain = "agent,ranker" if name.endswith("constrained") else "none"
+        run_setting(name, backend, "smollm2", constrain, evaluation, index, config, results, args.out)
+
+
+def warm_up(model, tokenizer, train, index, config, args, results):
     stats = DemoStats()
     demos = build_demonstrations(train, index=index, tokenizer=tokenizer, config=config, stats=stats)
     started = time.perf_counter()
@@ -133,11 +140,7 @@ def main() -> None:
                          "seconds": round(time.perf_counter() - started, 1)}
     print("warmup", json.dumps(results["warmup"]), file=sys.stderr, flush=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
-    if "warmup" in wanted:
-        run_setting("warmup", backend, "smollm2", "none", evaluation, index, config, results, args.out)
-    if "warmup+constrained" in wanted:
-        run_setting("warmup+constrained", backend, "smollm2", "agent,ranker", evaluation, index, config, results,
-                    args.out)
+    return model
 
 
 if __name__ == "__main__":

@@ -105,6 +105,8 @@ def demo_ranking(question: Question, candidates: Sequence[Passage], k: int) -> t
     has = [has_answer(f"{p.title}\n{p.text}", question.answers) for p in candidates]
     gold = [p.id in gold_ids or p.title.lower() in titles for p in candidates]
     order = sorted(range(len(candidates)), key=lambda i: (not has[i], not gold[i], i))[:min(k, len(candidates))]
+    if not order:
+        return [], ""
     best = order[0]
     if has[best]:
         reason = f" [{best + 1}] mentions {pick_answer(question, 16, None)}."
@@ -148,6 +150,8 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
         queries = [_fit(tokenizer, f" {q}", limits.max_query).strip() for q in sub_queries(question)]
         queries = [q for q in queries if q][:config.max_turns]
         hit_lists = retriever.search(queries, config.top_n) if queries else []
+        # a query the index finds nothing for is left out (a demonstration should not show empty results)
+        queries, hit_lists = [q for q, h in zip(queries, hit_lists) if h], [h for h in hit_lists if h]
         prompt = agent_prompts.prompt_ids(tokenizer, question.question, config.max_turns, config.template)
         ids, mask = list(prompt), [0] * len(prompt)
         shown_answer = False

@@ -206,3 +206,7 @@ def test_cli_writes_a_checkpoint_that_loads(tmp_path, tiny_lm, fixtures_dir, ind
     assert again.exit_code == 8 and "already exists" in again.stderr
     clash = run_cli(*args[:-2], "--exclude", fixtures_dir / "train.jsonl", "--overwrite", "--quiet")
     assert clash.exit_code == 3 and "also evaluation questions" in clash.stderr
+
+
+def test_demo_ranking_of_no_candidates_is_empty():
+    assert demo_ranking(Question("q", "?", ["a"]), [], 3) == ([], "")
