@@ -91,3 +91,13 @@ def test_constraint_masks_sampling_but_not_recorded_logprobs(backend, tiny_lm, f
     expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(target).view(-1, 1)).view(-1)
     assert gen.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
     assert all(math.isfinite(lp) for lp in gen.logprobs)
+
+
+def test_load_backend_names_its_errors(tmp_path):
+    from cosearch_cli.errors import ConfigError, ModelError
+    from cosearch_cli.generation import load_backend
+
+    with pytest.raises(ConfigError, match="unknown generation backend 'tgi'"):
+        load_backend("smollm2", "tgi")
+    with pytest.raises(ModelError, match="not found"):
+        load_backend(str(tmp_path / "missing"))
