@@ -42,6 +42,26 @@ from cosearch_cli.warmup import DemoStats, FinetuneConfig, build_demonstrations,
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+class NeverEmpty:
+    """An index whose retriever answers a query it finds nothing for (e.g. only stopwords) with the results
+    of a fixed fallback query: the rollout stage cannot yet handle an empty hit list."""
+
+    def __init__(self, index, fallback: str = "history of the world"):
+        self.index, self.docs, self.manifest, self.fallback = index, index.docs, index.manifest, fallback
+
+    def retriever(self, *args, **kwargs):
+        inner = self.index.retriever(*args, **kwargs)
+        fallback = self.fallback
+
+        class _Retriever:
+            def search(self, queries, k):
+                hits = inner.search(queries, k)
+                spare = inner.search([fallback], k)[0]
+                return [h if h else spare for h in hits]
+
+        return _Retriever()
+
+
 def questions(per_dataset: int, skip: int = 0):
     out = []
     for path in sorted((DATA / "dev").glob("*.jsonl")):
@@ -80,8 +100,13 @@ def run_setting(name, backend, model_name, constrain, evaluation, index, config,
     cfg = replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
     stats = RolloutStats()
     started = time.perf_counter()
-    records = list(run_rollouts(evaluation, agent=backend, ranker_backend=backend, index=index, config=cfg,
-                                stats=stats))
+    records = []
+    for record in run_rollouts(evaluation, agent=backend, ranker_backend=backend, index=index, config=cfg,
+                               stats=stats):
+        records.append(record)
+        if len(records) % 8 == 0:  # a partial summary survives a run that is stopped early
+            results["settings"][name] = {**summarise(records, time.perf_counter() - started, stats), "partial": True}
+            Path(out).write_text(json.dumps(results, indent=2))
     results["settings"][name] = summarise(records, time.perf_counter() - started, stats)
     print(name, json.dumps(results["settings"][name]), file=sys.stderr, flush=True)
     Path(out).write_text(json.dumps(results, indent=2))
@@ -108,7 +133,7 @@ def main() -> None:
 
     if not (Path(args.index) / "index.manifest.json").is_file():
         build_index(Corpus([str(p) for p in sorted((DATA / "corpus").glob("*.jsonl"))]), args.index)
-    index = open_index(args.index)
+    index = NeverEmpty(open_index(args.index))
     evaluation = questions(args.per_dataset)
     train = questions(args.warmup_per_dataset, skip=args.per_dataset)
     check_no_overlap(train, evaluation)
@@ -132,7 +157,9 @@ def main() -> None:
 
 def warm_up(model, tokenizer, train, index, config, args, results):
     stats = DemoStats()
-    demos = build_demonstrations(train, index=index, tokenizer=tokenizer, config=config, stats=stats)
+    # all questions, supported or not: at this size the warm-up is mostly about the format
+    demos = build_demonstrations(train, index=index, tokenizer=tokenizer, config=config, stats=stats,
+                                 require_evidence=False)
     started = time.perf_counter()
     losses = finetune(model, demos, FinetuneConfig(epochs=args.epochs, lr=args.lr), pad_id=tokenizer.pad_token_id)
     results["warmup"] = {"demonstrations": vars(stats), "train_questions": len(train), "steps": len(losses),
