@@ -23,7 +23,10 @@ FIXTURE_VECTORS = "corpus.minilm-f16.npy"
 CorpusPaths = Annotated[list[str], typer.Option(
     "--corpus", help="Passage JSONL file(s) or quoted globs: {id,title,text} or {id,contents} lines "
                      "(contents = '\"Title\"\\ntext'); - for stdin. Repeat for several files.")]
-Bm25 = Annotated[bool, typer.Option(help="Build the BM25 index (bm25s: Lucene BM25, k1=1.5, b=0.75, stemmed, title x4).")]
+Bm25 = Annotated[bool, typer.Option(help="Build the BM25 index (Lucene BM25, k1=1.5, b=0.75, stemmed, "
+                                          "title x4).")]
+Bm25Backend = Annotated[str, typer.Option(help="bm25s (default, pure Python) or pyserini (Lucene; optional "
+                                                "extra, Java 17). README 'BM25 backends' compares them.")]
 DenseIndex = Annotated[list[str], typer.Option(
     "--dense-index", help="FAISS index type(s) for --dense: flat (exact, default), hnsw (faster queries, "
                           "more memory), ivfpq (~1/32 of flat's memory, approximate). Repeat for several.")]
@@ -33,10 +36,11 @@ Cache = Annotated[bool, typer.Option(help="Reuse and keep passage embeddings in 
 
 
 def _run(corpus: list[str], out: str, *, bm25: bool, dense: str | None, dense_index: list[str], batch_size: int,
-         cache: bool, overwrite: bool, quiet: bool, embeddings=None, total: int | None = None) -> dict:
+         cache: bool, overwrite: bool, quiet: bool, bm25_backend: str = "bm25s", embeddings=None,
+         total: int | None = None) -> dict:
     refuse_existing(out, overwrite)
-    options = {"corpus": corpus, "out": out, "bm25": bm25, "dense": dense, "dense_index": dense_index,
-               "batch_size": batch_size}
+    options = {"corpus": corpus, "out": out, "bm25": bm25, "bm25_backend": bm25_backend, "dense": dense,
+               "dense_index": dense_index, "batch_size": batch_size}
     with progress(quiet) as bar:
         tasks: dict[str, int] = {}
 
@@ -49,8 +53,9 @@ def _run(corpus: list[str], out: str, *, bm25: bool, dense: str | None, dense_in
         def done_reading() -> int | None:
             return int(bar.tasks[tasks["read"]].completed) if "read" in tasks else None
 
-        manifest = build_index(Corpus(corpus), out, bm25=bm25, dense=dense, dense_index=dense_index,
-                               overwrite=overwrite, batch_size=batch_size, cache_embeddings=cache,
+        manifest = build_index(Corpus(corpus), out, bm25=bm25, bm25_backend=bm25_backend, dense=dense,
+                               dense_index=dense_index, overwrite=overwrite, batch_size=batch_size,
+                               cache_embeddings=cache,
                                embeddings=embeddings, options=options, on_progress=on_progress)
     if not quiet:
         kinds = [k for k in ("bm25", "dense") if k in manifest]
@@ -105,7 +110,7 @@ def _write_shipped_vectors(corpus: Path, out: str, manifest: dict) -> None:
 
 @index_app.command("wiki")
 def wiki(corpus: CorpusPaths, out: Annotated[str, typer.Option(help="Index folder to write.")] = "indexes/wiki",
-         bm25: Bm25 = True,
+         bm25: Bm25 = True, bm25_backend: Bm25Backend = "bm25s",
          dense: Annotated[str | None, typer.Option(help="Also build a dense index with this encoder: 'minilm' or "
                                                         "a local Hugging Face encoder folder (e5-base-v2...). "
                                                         "Off by default: 21M passages take days on CPU.")] = None,
@@ -115,22 +120,24 @@ def wiki(corpus: CorpusPaths, out: Annotated[str, typer.Option(help="Index folde
          overwrite: Overwrite = False, quiet: Quiet = False) -> None:
     """Index the wiki-18 dump (21M passages, Search-R1/FlashRAG JSONL), streaming with a progress bar.
 
-    Passage text is read once and never held in memory; the BM25 score matrix and the dense vectors are.
+    Passage text is streamed and never held in memory; BM25's token ids and score matrix and the dense
+    vectors are (use --dense-index ivfpq to keep the dense part small).
     """
-    _run(corpus, out, bm25=bm25, dense=dense, dense_index=dense_index, batch_size=batch_size, cache=cache,
-         overwrite=overwrite, quiet=quiet, total=_count_lines(corpus) if not quiet else None)
+    _run(corpus, out, bm25=bm25, bm25_backend=bm25_backend, dense=dense, dense_index=dense_index,
+         batch_size=batch_size, cache=cache, overwrite=overwrite, quiet=quiet,
+         total=None if quiet else _count_lines(corpus))
 
 
 @index_app.command("build")
 def build(corpus: CorpusPaths, out: Annotated[str, typer.Option(help="Index folder to write.")],
-          bm25: Bm25 = True,
+          bm25: Bm25 = True, bm25_backend: Bm25Backend = "bm25s",
           dense: Annotated[str | None, typer.Option(help="Also build a dense index with this encoder: 'minilm' "
                                                          "or a local Hugging Face encoder folder.")] = None,
           dense_index: DenseIndex = ["flat"], batch_size: BatchSize = 64, cache: Cache = True,
           overwrite: Overwrite = False, quiet: Quiet = False) -> None:
     """Index any passage corpus (JSONL) into a folder."""
-    _run(corpus, out, bm25=bm25, dense=dense, dense_index=dense_index, batch_size=batch_size, cache=cache,
-         overwrite=overwrite, quiet=quiet)
+    _run(corpus, out, bm25=bm25, bm25_backend=bm25_backend, dense=dense, dense_index=dense_index,
+         batch_size=batch_size, cache=cache, overwrite=overwrite, quiet=quiet)
 
 
 def _count_lines(paths: list[str]) -> int | None:

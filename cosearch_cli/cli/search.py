@@ -19,8 +19,9 @@ _BATCH = 256
 def search(
     query: Annotated[str | None, typer.Argument(help="One query; prints rank, score, id, title and text.")] = None,
     index: Annotated[str, typer.Option("--index", help="Index folder (from `cosearch index`).")] = "indexes/fixture",
-    queries: Annotated[str | None, typer.Option(help="JSONL of questions (fields id and question) to search "
-                                                     "in batches; - for stdin. Writes one record per question.")] = None,
+    queries: Annotated[str | None, typer.Option(
+        help="JSONL of questions (fields id and question) to search in batches; - for stdin. Writes one record "
+             "per question.")] = None,
     output: Output = "-",
     k: Annotated[int, typer.Option("-k", "--k", help="Hits per query.")] = 10,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: bm25 when the index has it).")] = None,

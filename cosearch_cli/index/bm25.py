@@ -86,7 +86,8 @@ class BM25Retriever:
         if not queries:
             return []
         k = min(k, self.n_docs)
-        rows, scores = self.model.retrieve(tokenize_queries(queries, self.stemmer, self.stopwords), k=k, show_progress=False)
+        tokens = tokenize_queries(queries, self.stemmer, self.stopwords)
+        rows, scores = self.model.retrieve(tokens, k=k, show_progress=False)
         return [_hits(r, s, self.row_ids) for r, s in zip(rows, scores)]
 
 

@@ -34,12 +34,14 @@ Progress = Callable[[str, int], None]
 
 
 def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool = True, dense: str | None = None,
-                dense_index: str | Sequence[str] = "flat", overwrite: bool = False, batch_size: int = 64,
+                dense_index: str | Sequence[str] = "flat", bm25_backend: str = "bm25s", overwrite: bool = False,
+                batch_size: int = 64,
                 cache_embeddings: bool = True, embeddings=None, options: dict | None = None,
                 on_progress: Progress | None = None) -> dict:
     """Index `passages` into `folder` (BM25 and/or dense with encoder `dense`); returns the manifest.
 
     `passages` may be a `Corpus` (then errors name its files and lines) or any iterable of Passages.
+    `bm25_backend`: "bm25s" (default) or "pyserini" (optional extra, Java 17; README "BM25 backends").
     `dense_index`: one FAISS type or several ("flat", "hnsw", "ivfpq"), each stored as dense/<type>.faiss.
     `embeddings`: precomputed passage vectors in corpus order (e.g. the fixture's shipped MiniLM vectors);
     otherwise they come from the embedding cache or are encoded (and cached).
@@ -51,6 +53,12 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
             from cosearch_cli.errors import ConfigError
             raise ConfigError(f"unknown dense index type {kind!r}",
                               fix=f"use one of {', '.join(dense_mod.INDEX_TYPES)}")
+    if bm25 and bm25_backend not in ("bm25s", "pyserini"):
+        from cosearch_cli.errors import ConfigError
+        raise ConfigError(f"unknown BM25 backend {bm25_backend!r}", fix="use bm25s or pyserini")
+    if bm25 and bm25_backend == "pyserini":
+        from cosearch_cli.index.lucene import _check_installed
+        _check_installed()
     if not bm25 and not dense:
         from cosearch_cli.errors import ConfigError
         raise ConfigError("nothing to build: neither BM25 nor a dense encoder was asked for",
@@ -63,15 +71,15 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        manifest = _build(passages, tmp, bm25=bm25, encoder=encoder, types=types, embeddings=embeddings,
-                          cache_embeddings=cache_embeddings, options=options or {}, on_progress=on_progress)
+        manifest = _build(passages, tmp, bm25=bm25_backend if bm25 else None, encoder=encoder, types=types,
+                          embeddings=embeddings, cache_embeddings=cache_embeddings, options=options or {}, on_progress=on_progress)
         _replace_folder(tmp, folder)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return manifest
 
 
-def _build(passages, tmp: Path, *, bm25: bool, encoder, types, embeddings, cache_embeddings, options,
+def _build(passages, tmp: Path, *, bm25: str | None, encoder, types, embeddings, cache_embeddings, options,
            on_progress) -> dict:
     import hashlib
 
@@ -96,7 +104,12 @@ def _build(passages, tmp: Path, *, bm25: bool, encoder, types, embeddings, cache
     corpus_sha = digest.hexdigest()
     store = DocStore(tmp)
     settings: dict = {}
-    if bm25:
+    if bm25 == "pyserini":
+        from cosearch_cli.index.lucene import build_lucene
+        build_lucene(_counting(store, on_progress, "bm25"), tmp / "bm25")
+        settings["bm25"] = {"backend": "pyserini", "k1": bm25_mod.K1, "b": bm25_mod.B, "analyzer": "lucene default",
+                            "title_weight": bm25_mod.TITLE_WEIGHT}
+    elif bm25:
         bm25_mod.build_bm25(_counting(store, on_progress, "bm25"), tmp / "bm25")
         settings["bm25"] = {"backend": "bm25s", "k1": bm25_mod.K1, "b": bm25_mod.B, "method": "lucene",
                             "stopwords": bm25_mod.STOPWORDS, "stemmer": bm25_mod.STEMMER,
@@ -212,6 +225,9 @@ class Index:
     def _open(self, kind: str, encoder: str | None, index_type: str | None) -> Retriever:
         if kind == "bm25":
             info = self.manifest["bm25"]
+            if info["backend"] == "pyserini":
+                from cosearch_cli.index.lucene import LuceneRetriever
+                return LuceneRetriever(self.folder / "bm25", k1=info["k1"], b=info["b"])
             return bm25_mod.BM25Retriever(self.folder / "bm25", self.docs.row_ids(), stemmer=info["stemmer"],
                                           stopwords=info["stopwords"])
         info = self.manifest["dense"]
