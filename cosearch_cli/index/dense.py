@@ -47,12 +47,13 @@ class HFEncoder:
     """A transformers AutoModel with mean pooling; batches are sorted by length to cut padding on CPU."""
 
     def __init__(self, name: str, *, prefixes: bool | None = None, batch_size: int = 64,
-                 max_length: int | None = None, device: str = "cpu"):
+                 max_length: int | None = None, device: str | None = None):
         import torch
         import transformers
         from transformers import AutoModel, AutoTokenizer
 
         transformers.utils.logging.disable_progress_bar()  # stderr carries our own progress bars
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.name = name
         self.folder = resolve_encoder(name)
         self.prefixes = (name != EMBEDDED_ENCODER) if prefixes is None else prefixes
