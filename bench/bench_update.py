@@ -83,9 +83,10 @@ def run_ours(records, model, ref, args) -> dict:
     from cosearch_cli.update import UpdateConfig, run_update
 
     config = UpdateConfig(kl_coef=args.kl_coef, token_budget=args.token_budget, lr=1e-6)
+    cpu = time.process_time()
     result = run_update(records, role="agent", model=model, ref_model=ref, config=config)
     m = result.metrics
-    return {"seconds": m["seconds"], "loss": m["loss"], "grad_norm": m["grad_norm"], "real_tokens": m["real_tokens"],
+    return {"seconds": m["seconds"], "cpu_seconds": time.process_time() - cpu, "loss": m["loss"], "grad_norm": m["grad_norm"], "real_tokens": m["real_tokens"],
             "padded_tokens": m["padded_tokens"], "trained_tokens": m["tokens"], "micro_batches": m["micro_batches"]}
 
 
@@ -110,7 +111,7 @@ def run_trl(records, model, ref, args, model_dir: str) -> dict:
                                   weight_decay=0.01)
     batches = [seqs[i:i + rows] for i in range(0, len(seqs), rows)]
     num_items = torch.tensor(float(sum(sum(t.loss_mask) for t in seqs)))
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     loss_total, real, padded = 0.0, 0, 0
     for chunk in batches:
         inputs = trl_inputs(chunk, pad)
@@ -130,7 +131,7 @@ def run_trl(records, model, ref, args, model_dir: str) -> dict:
     optimizer.step()
     optimizer.zero_grad()
     seconds = time.perf_counter() - started
-    return {"seconds": seconds, "loss": loss_total, "grad_norm": grad_norm, "real_tokens": real,
+    return {"seconds": seconds, "cpu_seconds": time.process_time() - cpu, "loss": loss_total, "grad_norm": grad_norm, "real_tokens": real,
             "padded_tokens": padded, "trained_tokens": int(num_items), "micro_batches": len(batches)}
 
 
@@ -209,7 +210,7 @@ def main() -> None:
     batch.write_bytes(pickle.dumps(records))
     runs: dict[str, list[dict]] = {"ours": [], "trl": []}
     for rep in range(args.repeats):
-        for path in ("ours", "trl"):
+        for path in (("ours", "trl") if rep % 2 == 0 else ("trl", "ours")):  # alternate who goes first
             cmd = [sys.executable, __file__, "--path", path, "--batch", str(batch), "--kl-coef", str(args.kl_coef),
                    "--token-budget", str(args.token_budget), "--trl-rows", str(args.trl_rows)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -242,21 +243,24 @@ def render(runs: dict, args) -> str:
         "",
         f"Batch: {args.questions} questions x {args.group} trajectories, 100-420 tokens each (prompt, generated "
         "turns, inserted passages with mask 0). Runs alternate ours/TRL in fresh processes; medians over "
-        f"{args.repeats} repeats. Seconds = models in memory -> weights updated (reference forward included "
-        "when kl-coef > 0). tokens/s = real (unpadded) sequence tokens / seconds.",
+        f"{args.repeats} repeats (who goes first alternates). Seconds = models in memory -> weights updated "
+        "(reference forward included when kl-coef > 0); CPU seconds = process CPU time of that section (less "
+        "sensitive to other jobs than wall time). tokens/s = real (unpadded) sequence tokens / wall seconds.",
         "",
-        "| path | seconds | tokens/s | trained tokens | padding share | micro-batches | peak RSS GB | loss | grad norm |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| path | seconds (wall) | tokens/s (wall) | CPU seconds | trained tokens | padding share | micro-batches "
+        "| peak RSS GB | loss | grad norm |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for path, label in (("ours", "cosearch update"), ("trl", "TRL 1.16 GRPO (dapo loss)")):
         rs = runs[path]
         sec = median([r["seconds"] for r in rs])
         r0 = rs[0]
-        lines.append(f"| {label} | {sec:.1f} | {r0['real_tokens'] / sec:.0f} | {r0['trained_tokens']} | "
+        cpu = median([r["cpu_seconds"] for r in rs])
+        lines.append(f"| {label} | {sec:.1f} | {r0['real_tokens'] / sec:.1f} | {cpu:.1f} | {r0['trained_tokens']} | "
                      f"{1 - r0['real_tokens'] / r0['padded_tokens']:.1%} | {r0['micro_batches']} | "
                      f"{max(r['peak_rss_gb'] for r in rs):.1f} | {r0['loss']:.6f} | {r0['grad_norm']:.4f} |")
-    lines += ["", "All runs (seconds): " + "; ".join(
-        f"{p}: " + ", ".join(f"{r['seconds']:.1f}" for r in runs[p]) for p in runs), ""]
+    lines += ["", "All runs (wall / CPU seconds): " + "; ".join(
+        f"{p}: " + ", ".join(f"{r['seconds']:.1f}/{r['cpu_seconds']:.1f}" for r in runs[p]) for p in runs), ""]
     return "\n".join(lines)
 
 

@@ -43,6 +43,7 @@ class UpdateConfig:
     parallel: str = "ddp"
     """Under torchrun: ddp (every process holds the whole model) or fsdp (parameters sharded)."""
     seed: int = 0
+    """Recorded with the checkpoint; the update itself draws no random numbers (dropout stays off)."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)
