@@ -131,3 +131,11 @@ def test_unscored_records_and_bad_options(cli, tiny_folder, tmp_path):
     assert result.exit_code == 3 and "cosearch reward" in result.stderr
     bad = cli("update", "--model", tiny_folder, "--out", tmp_path / "out", "--loss-agg", "sum", path)
     assert bad.exit_code == 4 and "token-mean" in bad.stderr
+
+
+def test_an_empty_output_folder_is_used(cli, tiny_folder, scored, tmp_path):
+    out = tmp_path / "empty"
+    out.mkdir()
+    result = cli("update", "--model", tiny_folder, "--kl-coef", "0", "--out", out, scored)
+    assert result.exit_code == 0, result.stderr
+    assert (out / "model.safetensors").is_file()

@@ -39,7 +39,7 @@ def save_checkpoint(out: str | Path, *, model, tokenizer, config: UpdateConfig, 
     if not distributed.is_main():
         distributed.barrier()
         return None
-    if out.exists() and not overwrite:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise OutputExists(f"{out} already exists", fix="pass --overwrite to replace it, or choose another --out")
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -57,8 +57,10 @@ def save_checkpoint(out: str | Path, *, model, tokenizer, config: UpdateConfig, 
             write_json_atomic(tmp / "manifest.json", manifest)
         if optim_state is not None and not (is_peft(model) and merge_lora):
             torch.save({"optimizer": optim_state, "lora": is_peft(model)}, tmp / OPTIMIZER_FILE)
-        if out.exists():
+        if out.is_dir():
             shutil.rmtree(out)
+        elif out.exists():
+            out.unlink()
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
