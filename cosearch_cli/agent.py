@@ -62,6 +62,8 @@ def chat_prompt_ids(tokenizer, user: str, *, system: str | None = None) -> list[
 
 def truncate_to_tokens(tokenizer, texts: Sequence[str], budget: int) -> list[str]:
     """Each text cut to at most `budget` tokens of `tokenizer` (cut at a token boundary, marked by ...)."""
+    if not texts:
+        return []
     out = []
     for text, ids in zip(texts, tokenizer(list(texts), add_special_tokens=False)["input_ids"]):
         out.append(text if len(ids) <= budget else tokenizer.decode(ids[:budget]).rstrip() + " ...")

@@ -375,6 +375,13 @@ def _rank(calls: list[RankerCall], searching: list[_Live], passages: dict, ranke
 
 def _rank_llm(calls: list[RankerCall], searching: list[_Live], passages: dict, backend: GenerationBackend,
               config: RolloutConfig, stats: RolloutStats) -> None:
+    for call in calls:
+        if not call.candidate_ids:  # nothing retrieved (e.g. a query of stopwords): nothing to rank or learn
+            call.valid, call.error = False, "no candidates retrieved"
+    calls_with = [(c, t) for c, t in zip(calls, searching) if c.candidate_ids]
+    if not calls_with:
+        return
+    calls, searching = [c for c, _ in calls_with], [t for _, t in calls_with]
     tokenizer = backend.tokenizer
     requests = []
     for call, traj in zip(calls, searching):

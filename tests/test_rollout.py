@@ -156,6 +156,22 @@ def test_llm_ranker_invalid_output_falls_back_and_is_flagged(tokenizer):
     assert not record.ranker_calls[0].valid and record.ranker_calls[0].chosen_ids == ["p3", "p1"]
 
 
+def test_a_search_without_candidates_skips_the_ranker(tokenizer):
+    class NothingFound(WordIndex):
+        def search(self, queries, k):
+            return [[] for _ in queries]
+
+    agent = Scripted(tokenizer, search_then_answer)
+    ranker = Scripted(tokenizer, lambda prompt: "<ranking>[1]</ranking>")
+    (record,) = run_rollouts(questions("zzz"), agent=agent, ranker_backend=ranker, index=NothingFound(),
+                             config=RolloutConfig(n=1))
+    call = record.ranker_calls[0]
+    assert ranker.batches == [] and call.chosen_ids == [] and not call.valid
+    assert call.error == "no candidates retrieved"
+    assert "<information>\n(no results)\n</information>" in tokenizer.decode(record.trajectories[0].token_ids)
+    assert record.trajectories[0].answer == "Paris"
+
+
 def test_oracle_promotes_the_answer_passage(tokenizer):
     agent = Scripted(tokenizer, search_then_answer)
     config = RolloutConfig(n=1, top_n=4, k=2, ranker="oracle")
