@@ -190,7 +190,7 @@ def bench_dense(passages, queries, vectors, work: Path, repeats: int) -> list[tu
     retriever = open_index(work / "ours-dense").retriever("dense")
     encoder = retriever.encoder
     flat = faiss.read_index(str(work / "bare.faiss"))
-    sample = queries[:1000]
+    sample = queries
     search = alternate(lambda: retriever.search(sample, 50),
                        lambda: flat.search(encoder.encode_queries(sample), 50), repeats)
     qvec = encoder.encode_queries(queries)
@@ -242,6 +242,9 @@ def main() -> None:
     parser.add_argument("--pyserini", help="python of a venv with pyserini==0.25.0 (Java 17) to compare")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="bench/results/index_speed.md")
+    parser.add_argument("--only", choices=("bm25", "dense"), help="run only the BM25 or only the dense rows")
+    parser.add_argument("--dense-queries", type=int, default=1000,
+                        help="dev questions for the dense rows (query encoding dominates on CPU)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -264,18 +267,19 @@ def main() -> None:
              f"{os.cpu_count()} cores, 24 GiB, no GPU, shared with other jobs (noisy); medians of "
              f"{args.repeats} alternating runs.  ",
              f"Corpus: {len(passages):,} passages (../shared/data/corpus/*.jsonl); queries: all {len(queries):,} "
-             "dev questions.", ""]
-    rows = bench_bm25(passages, queries, work, args.repeats)
-    vectors = load_cached_embeddings("minilm", corpus_sha256(passages), len(passages))
+             f"dev questions for BM25, the first {args.dense_queries:,} for dense.", ""]
+    rows = [] if args.only == "dense" else bench_bm25(passages, queries, work, args.repeats)
+    vectors = None if args.only == "bm25" else load_cached_embeddings("minilm", corpus_sha256(passages),
+                                                                       len(passages))
     faiss_rows = []
     if vectors is not None:
-        dense_rows, qvec = bench_dense(passages, queries, vectors, work, args.repeats)
+        dense_rows, qvec = bench_dense(passages, queries[:args.dense_queries], vectors, work, args.repeats)
         rows += dense_rows
         faiss_rows = bench_faiss_types(vectors, qvec, work)
     lines += ["| what | cosearch | bare library | overhead |", "|---|---|---|---|"]
     for name, ours, bare in rows:
         lines.append(f"| {name} | {ours:,.0f} | {bare:,.0f} | {100 * (bare / ours - 1):+.1f}% |")
-    if vectors is None:
+    if vectors is None and args.only != "bm25":
         lines += ["", "Dense rows skipped: no cached MiniLM embeddings of this corpus."]
     if faiss_rows:
         lines += ["", "## FAISS index types (MiniLM, 384 dims, inner product)", "",
