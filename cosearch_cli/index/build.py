@@ -259,7 +259,13 @@ class DenseRetriever:
 
         if not queries:
             return []
-        scores, rows = self.index.search(self.encoder.encode_queries(list(queries)), min(k, len(self.row_ids)))
+        return self.search_vectors(self.encoder.encode_queries(list(queries)), k)
+
+    def search_vectors(self, vectors, k: int):
+        """Search with query vectors already encoded by this index's encoder."""
+        from cosearch_cli.records import Hit
+
+        scores, rows = self.index.search(vectors, min(k, len(self.row_ids)))
         return [[Hit(id=self.row_ids[int(r)], score=float(s)) for r, s in zip(rr, ss) if r >= 0]
                 for rr, ss in zip(rows, scores)]
 
