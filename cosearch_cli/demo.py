@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from cosearch_cli import oracle
-from cosearch_cli.train import Runner, TrainConfig, current_models, read_questions
+from cosearch_cli.train import Runner, TrainConfig, current_models, read_questions, read_records
 
 
 def run_demo(config: TrainConfig, runner: Runner) -> dict:
@@ -20,6 +20,11 @@ def run_demo(config: TrainConfig, runner: Runner) -> dict:
         return runner.rollouts_with(half, questions, models)
 
     halves = oracle.study_halves([config.ranker])
+    final_eval = runner.paths.iteration(config.iterations - 1) / "eval" / "rollouts.jsonl"
+    if final_eval.is_file() and not folder.final(config.ranker).is_file():
+        # The last evaluation ran exactly this half (trained models, greedy, same seed): reuse it.
+        folder.finish(config.ranker, read_records(final_eval), runner.manifest("oracle", half=config.ranker,
+                                                                              models=models))
     runner.log(f"oracle study on {len(dev)} dev questions: {config.ranker} ranker vs oracle")
     records = oracle.run_study(dev, halves, folder, rollouts,
                                manifests=lambda half: runner.manifest("oracle", half=half, models=models),

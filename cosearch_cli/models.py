@@ -127,6 +127,9 @@ def load_causal_lm(name_or_path: str, *, dtype: str = "float32", device: str = "
     """(model, tokenizer) in eval mode. fp32 by default: on CPU bf16 is slower and unusable for training."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a weights bar per load would drown the stage's own progress
 
     folder = resolve_lm(name_or_path)
     try:
