@@ -195,22 +195,13 @@ def bench_dense(passages, queries, vectors, work: Path, repeats: int) -> list[tu
                        lambda: flat.search(encoder.encode_queries(sample), 50), repeats)
     qvec = encoder.encode_queries(queries)
     # FAISS alone, on precomputed query vectors: our wrapper's own cost (row ids -> Hit objects)
-    wrapped = alternate(lambda: _hits_from(retriever, flat.search(qvec, 50)), lambda: flat.search(qvec, 50),
-                        repeats)
+    wrapped = alternate(lambda: retriever.search_vectors(qvec, 50), lambda: flat.search(qvec, 50), repeats)
     return [("dense build from cached vectors, flat (passages/s)", len(passages) / build[0],
              len(passages) / build[1]),
             ("dense search k=50 incl. MiniLM query encoding (queries/s)", len(sample) / search[0],
              len(sample) / search[1]),
             ("dense search k=50, precomputed query vectors (queries/s)", len(queries) / wrapped[0],
              len(queries) / wrapped[1])], qvec
-
-
-def _hits_from(retriever, result):
-    from cosearch_cli.records import Hit
-
-    scores, rows = result
-    return [[Hit(id=retriever.row_ids[int(r)], score=float(s)) for r, s in zip(rr, ss) if r >= 0]
-            for rr, ss in zip(rows, scores)]
 
 
 def bench_faiss_types(vectors, qvec, work: Path) -> list[tuple]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cosearch_cli.index.docstore import RowIds
 from cosearch_cli.records import Hit, Passage
 
 K1 = 1.5
@@ -73,7 +74,7 @@ class BM25Retriever:
 
     name = "bm25"
 
-    def __init__(self, folder: Path, row_ids: Sequence[str], *, stemmer: str | None = STEMMER,
+    def __init__(self, folder: Path, row_ids: RowIds, *, stemmer: str | None = STEMMER,
                  stopwords: str | None = STOPWORDS, mmap: bool = False):
         import bm25s
 
@@ -91,6 +92,7 @@ class BM25Retriever:
         return [_hits(r, s, self.row_ids) for r, s in zip(rows, scores)]
 
 
-def _hits(rows: np.ndarray, scores: np.ndarray, row_ids: Sequence[str]) -> list[Hit]:
+def _hits(rows: np.ndarray, scores: np.ndarray, row_ids: RowIds) -> list[Hit]:
     # bm25s pads with score-0 rows when a query matches fewer than k documents; those are no hits
-    return [Hit(id=row_ids[int(r)], score=float(s)) for r, s in zip(rows, scores) if s > 0]
+    keep = scores > 0
+    return [Hit(id=i, score=s) for i, s in zip(row_ids.take(rows[keep]), scores[keep].tolist())]

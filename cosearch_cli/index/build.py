@@ -24,7 +24,7 @@ from cosearch_cli.errors import IndexError_, InputError, OutputExists
 from cosearch_cli.index import bm25 as bm25_mod
 from cosearch_cli.index import dense as dense_mod
 from cosearch_cli.index.corpus import Corpus, passage_key
-from cosearch_cli.index.docstore import DocStore, DocStoreWriter, duplicate_error
+from cosearch_cli.index.docstore import DocStore, DocStoreWriter, RowIds, duplicate_error
 from cosearch_cli.records import Passage
 from cosearch_cli.retrieval import Retriever
 
@@ -249,7 +249,7 @@ class DenseRetriever:
 
     name = "dense"
 
-    def __init__(self, encoder, faiss_index, row_ids: Sequence[str]):
+    def __init__(self, encoder, faiss_index, row_ids: RowIds):
         self.encoder = encoder
         self.index = faiss_index
         self.row_ids = row_ids
@@ -266,7 +266,7 @@ class DenseRetriever:
         from cosearch_cli.records import Hit
 
         scores, rows = self.index.search(vectors, min(k, len(self.row_ids)))
-        return [[Hit(id=self.row_ids[int(r)], score=float(s)) for r, s in zip(rr, ss) if r >= 0]
+        return [[Hit(id=i, score=s) for i, s in zip(self.row_ids.take(rr[rr >= 0]), ss[rr >= 0].tolist())]
                 for rr, ss in zip(rows, scores)]
 
 
