@@ -125,3 +125,19 @@ def test_rerun_with_other_options_is_refused(tmp_path, tiny_model_dir):
     training.Runner(cfg).prepare()
     with pytest.raises(ConfigError, match="holds a run with another configuration"):
         training.Runner(_config(tmp_path, tiny_model_dir, iterations=1, eval_init=False, lr=0.5)).prepare()
+
+
+def test_demo_flow_reuses_the_final_evaluation_for_the_oracle_study(tmp_path, tiny_model_dir):
+    from cosearch_cli import train as training
+    from cosearch_cli.demo import run_demo
+
+    cfg = _config(tmp_path, tiny_model_dir, iterations=1, eval_init=True)
+    runner = training.Runner(cfg)
+    summary = run_demo(cfg, runner)
+    root = Path(summary["run"])
+    final_eval = (root / "iter-0000" / "eval" / "rollouts.jsonl").read_bytes()
+    standard = (root / "oracle" / "llm.jsonl").read_bytes()
+    assert [orjson.loads(x)["trajectories"] for x in final_eval.splitlines()] == \
+        [orjson.loads(x)["trajectories"] for x in standard.splitlines()]
+    assert [row["ranker"] for row in summary["oracle_table"]] == ["llm", "oracle"]
+    assert "relative gap" in summary["lines"][1] and (root / "oracle" / "report.md").is_file()
