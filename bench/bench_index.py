@@ -227,6 +227,36 @@ def bench_faiss_types(vectors, qvec, work: Path) -> list[tuple]:
     return out
 
 
+def faiss_on_fixture(out: str) -> None:
+    """FAISS types on the fixture's shipped MiniLM vectors and its 157 questions (a quick stand-in)."""
+    import numpy as np
+
+    from cosearch_cli.index.dense import HFEncoder
+
+    vectors = np.load("fixtures/corpus.minilm-f16.npy").astype(np.float32)
+    questions = read_jsonl("fixtures/dev.jsonl") + read_jsonl("fixtures/train.jsonl")
+    qvec = HFEncoder("minilm").encode_queries([q["question"] for q in questions])
+    lines = [f"# FAISS index types on the fixture ({len(vectors):,} MiniLM passages, {len(qvec)} questions)", "",
+             f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`  ",
+             f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, "
+             f"{os.cpu_count()} cores, no GPU, shared/noisy.", ""]
+    lines += faiss_table(bench_faiss_types(vectors, qvec, Path(tempfile.mkdtemp())))
+    Path(out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def faiss_table(faiss_rows) -> list[str]:
+    lines = ["| type | build s | bytes/passage | recall@50 vs flat | queries/s (k=50) | wiki-18, 384 dims | "
+             "wiki-18, e5-base 768 dims |", "|---|---|---|---|---|---|---|"]
+    for kind, build_s, size, recall, qps in faiss_rows:
+        # at 768 dims: vectors take 384 x 4 more bytes (flat, hnsw; the HNSW graph does not grow), PQ codes
+        # take 768/8 - 384/8 = 48 more bytes (ivfpq; its 8-byte ids do not grow)
+        scale768 = size + (48 if kind == "ivfpq" else 384 * 4)
+        lines.append(f"| {kind} | {build_s:.2f} | {size:,.0f} | {recall:.3f} | {qps:,.0f} | "
+                     f"{size * WIKI18 / 1e9:.1f} GB | {scale768 * WIKI18 / 1e9:.1f} GB |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/data")
@@ -236,10 +266,13 @@ def main() -> None:
     parser.add_argument("--only", choices=("bm25", "dense"), help="run only the BM25 or only the dense rows")
     parser.add_argument("--dense-queries", type=int, default=1000,
                         help="dev questions for the dense rows (query encoding dominates on CPU)")
+    parser.add_argument("--faiss-fixture", metavar="OUT", help="only: FAISS types on the fixture's vectors")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return pyserini_worker(args)
+    if args.faiss_fixture:
+        return faiss_on_fixture(args.faiss_fixture)
 
     import numpy as np
 
@@ -273,15 +306,7 @@ def main() -> None:
     if vectors is None and args.only != "bm25":
         lines += ["", "Dense rows skipped: no cached MiniLM embeddings of this corpus."]
     if faiss_rows:
-        lines += ["", "## FAISS index types (MiniLM, 384 dims, inner product)", "",
-                  "| type | build s | bytes/passage | recall@50 vs flat | queries/s (k=50) | wiki-18, 384 dims | "
-                  "wiki-18, e5-base 768 dims |", "|---|---|---|---|---|---|---|"]
-        for kind, build_s, size, recall, qps in faiss_rows:
-            # at 768 dims: vectors take 384 x 4 more bytes (flat, hnsw; the HNSW graph does not grow), PQ codes
-            # take 768/8 - 384/8 = 48 more bytes (ivfpq; its 8-byte ids do not grow)
-            scale768 = size + (48 if kind == "ivfpq" else 384 * 4)
-            lines.append(f"| {kind} | {build_s:.2f} | {size:,.0f} | {recall:.3f} | {qps:,.0f} | "
-                         f"{size * WIKI18 / 1e9:.1f} GB | {scale768 * WIKI18 / 1e9:.1f} GB |")
+        lines += ["", "## FAISS index types (MiniLM, 384 dims, inner product)", ""] + faiss_table(faiss_rows)
     if args.pyserini:
         from cosearch_cli.index import open_index
 
