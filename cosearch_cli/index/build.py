@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 
 from cosearch_cli.artifacts import make_manifest, write_json_atomic
-from cosearch_cli.errors import IndexError_, InputError, OutputExists
+from cosearch_cli.errors import ConfigError, IndexError_, InputError, OutputExists
 from cosearch_cli.index import bm25 as bm25_mod
 from cosearch_cli.index import dense as dense_mod
 from cosearch_cli.index.corpus import Corpus, passage_key
@@ -50,17 +50,14 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
     types = [dense_index] if isinstance(dense_index, str) else list(dense_index)
     for kind in types:
         if kind not in dense_mod.INDEX_TYPES:
-            from cosearch_cli.errors import ConfigError
             raise ConfigError(f"unknown dense index type {kind!r}",
                               fix=f"use one of {', '.join(dense_mod.INDEX_TYPES)}")
     if bm25 and bm25_backend not in ("bm25s", "pyserini"):
-        from cosearch_cli.errors import ConfigError
         raise ConfigError(f"unknown BM25 backend {bm25_backend!r}", fix="use bm25s or pyserini")
     if bm25 and bm25_backend == "pyserini":
         from cosearch_cli.index.lucene import _check_installed
         _check_installed()
     if not bm25 and not dense:
-        from cosearch_cli.errors import ConfigError
         raise ConfigError("nothing to build: neither BM25 nor a dense encoder was asked for",
                           fix="keep BM25 on, or pass a dense encoder ('minilm' or a folder)")
     encoder = dense_mod.HFEncoder(dense, batch_size=batch_size) if dense else None  # fail before writing
@@ -117,7 +114,6 @@ def _build(passages, tmp: Path, *, bm25: str | None, encoder, types, embeddings,
     if encoder is not None:
         vectors = embeddings
         if vectors is not None and tuple(vectors.shape) != (len(store), encoder.dim):
-            from cosearch_cli.errors import ConfigError
             raise ConfigError(f"precomputed embeddings have shape {tuple(vectors.shape)}, the corpus needs "
                               f"{(len(store), encoder.dim)}", fix="encode this corpus with this encoder")
         if vectors is None and cache_embeddings:
@@ -210,7 +206,6 @@ class Index:
         another encoder than the index was built with is an error, not silently wrong results."""
         kind = kind or self.kinds[0]
         if kind not in ("bm25", "dense"):
-            from cosearch_cli.errors import ConfigError
             raise ConfigError(f"unknown retriever {kind!r}", fix="use 'bm25' or 'dense'")
         if kind not in self.manifest:
             other = f" (it has {', '.join(self.kinds)})" if self.kinds else ""
