@@ -223,8 +223,8 @@ class Index:
             if info["backend"] == "pyserini":
                 from cosearch_cli.index.lucene import LuceneRetriever
                 return LuceneRetriever(self.folder / "bm25", k1=info["k1"], b=info["b"])
-            return bm25_mod.BM25Retriever(self.folder / "bm25", self.docs.row_ids(), stemmer=info["stemmer"],
-                                          stopwords=info["stopwords"])
+            return bm25_mod.BM25Retriever(self.folder / "bm25", self.docs.row_ids(), stemmer=info.get("stemmer"),
+                                          stopwords=info.get("stopwords", "en"))
         info = self.manifest["dense"]
         built_with = info["encoder"]
         if encoder is not None and encoder_spec(encoder) != built_with:
