@@ -117,6 +117,8 @@ class Reader:
             if stream is not sys.stdin.buffer:
                 stream.close()
         self.hashes[name] = digest.hexdigest()
+        if path != STDIO:
+            self._add_sidecar(path)
 
     def _parquet_rows(self, path: str) -> Iterator[Row]:
         import polars as pl
@@ -129,6 +131,10 @@ class Reader:
                              fix="regenerate it, or pass a .jsonl file") from None
         for index, data in enumerate(frame.iter_rows(named=True), start=1):
             yield Row(data, path, index)
+        self._add_sidecar(path)
+
+    def _add_sidecar(self, path: str) -> None:
+        """A file's `<name>.manifest.json` is its provenance, as a streamed manifest line is a pipe's."""
         sidecar = manifest_path(path)
         if sidecar.is_file():
             self.upstream.append(orjson.loads(sidecar.read_bytes()))

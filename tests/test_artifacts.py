@@ -24,6 +24,7 @@ def test_jsonl_roundtrip_with_manifest(tmp_path):
     manifest = orjson.loads(manifest_path(out).read_bytes())
     assert manifest["stage"] == "test" and manifest["seed"] == 3 and "polars" in manifest["packages"]
     assert list(reader.hashes) == [str(out)] and len(reader.hashes[str(out)]) == 64
+    assert [m["stage"] for m in reader.upstream] == ["test"]  # the sidecar is the file's provenance
 
 
 def test_parquet_roundtrip_opens_in_polars(tmp_path):

@@ -31,16 +31,6 @@ def load_run(path: str) -> tuple[list, Reader]:
     return records, reader
 
 
-def upstream_of(reader: Reader) -> list[dict]:
-    """Manifests of the inputs: streamed manifest lines plus the sidecar of each input file."""
-    upstream = list(reader.upstream)
-    for path in reader.paths:
-        sidecar = manifest_path(path)
-        if path != "-" and not path.endswith(".parquet") and sidecar.is_file():
-            upstream.append(orjson.loads(sidecar.read_bytes()))
-    return upstream
-
-
 def _fmt(value) -> str:
     if value is None:
         return "-"
@@ -134,7 +124,7 @@ def evaluate_command(
     hashes, upstream = {}, []
     for _, reader in loaded:
         hashes.update(reader.hashes)
-        upstream.extend(upstream_of(reader))
+        upstream.extend(reader.upstream)
     evaluations = [evaluate(records, yes_no_rule=yes_no_rule) for records, _ in loaded]
     options["variant"] = [e.variant for e in evaluations]
     manifest = make_manifest("evaluate", options, inputs=hashes, seed=seed, upstream=upstream)
