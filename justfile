@@ -8,6 +8,17 @@ setup:
 test:
     .venv/bin/python -m pytest -q
 
+# The README's main job: index, evaluate, train agent and ranker jointly, evaluate, oracle study.
+demo:
+    .venv/bin/cosearch demo
+
+# Every speed and quality benchmark, one after another (long: hours on a 2-core CPU; see each recipe).
+bench: bench-group-reward bench-index bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
+
+# Regenerate docs/cli.md from the commands' --help (tests/test_docs.py fails when it is stale).
+docs:
+    .venv/bin/python scripts/gen_cli_docs.py docs/cli.md
+
 # Rebuild the fixture slice from ../shared/data.
 fixtures:
     .venv/bin/python scripts/make_fixtures.py ../shared/data fixtures

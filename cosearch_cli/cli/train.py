@@ -69,6 +69,10 @@ def demo(
 
     started = time.perf_counter()
     cfg = training.load_config(preset="demo", out=out, iterations=iterations)
+    if not Path(cfg.index).exists():  # the same index `cosearch index fixture` builds: BM25 + MiniLM flat
+        from cosearch_cli.cli.index import fixture
+
+        fixture(out=cfg.index, dense=True, reencode=False, overwrite=False, quiet=quiet)
     with progress(quiet) as bar:
         summary = run_demo(cfg, _runner(cfg, bar))
     summary["minutes"] = round((time.perf_counter() - started) / 60, 1)
