@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 
 from cosearch_cli import oracle
-from cosearch_cli.train import Runner, TrainConfig, current_models, read_questions, read_records
+from cosearch_cli.train import (Runner, TrainConfig, current_models, eval_questions, read_questions,
+                                read_records)
 
 
 def run_demo(config: TrainConfig, runner: Runner) -> dict:
     """Train (with evaluations before and after), then compare the trained ranker with the oracle ranker."""
     root = runner.run()
-    dev = read_questions(config.dev_questions)
-    dev = dev[: config.eval_limit] if config.eval_limit else dev
+    dev = eval_questions(read_questions(config.dev_questions), config.eval_limit)
     models = current_models(runner.paths, config, config.iterations)
     folder = oracle.StudyFolder(root / "oracle")
 

@@ -145,7 +145,7 @@ class TrainConfig:
 _CPU_BASE: dict = {}
 PRESETS: dict[str, dict] = {
     # Sized to finish in about 15 minutes on a 2-core CPU: evaluations only before and after training.
-    "demo": dict(name="demo", iterations=2, questions_per_iteration=3, n=4, eval_limit=12, eval_every=0,
+    "demo": dict(name="demo", iterations=3, questions_per_iteration=4, n=4, eval_limit=14, eval_every=0,
                  lr=1e-5, kl_coef=0.0),
     "search-r1": dict(name="search-r1", ranker="none", train_ranker=False),
     "fixed-ranker": dict(name="fixed-ranker", ranker="llm", train_ranker=False),
@@ -225,6 +225,19 @@ def write_records(path: Path, records: Sequence[RolloutRecord] | Iterator[Rollou
         writer.write_all(records)
         writer.manifest = manifest
     return writer.count
+
+
+def eval_questions(questions: Sequence[Question], limit: int) -> list[Question]:
+    """The first `limit` questions taken round-robin over datasets, so a small evaluation covers all of them."""
+    if not limit:
+        return list(questions)
+    by_dataset: dict[str, list[Question]] = {}
+    for q in questions:
+        by_dataset.setdefault(q.dataset, []).append(q)
+    out: list[Question] = []
+    for rank in range(max(len(qs) for qs in by_dataset.values())):
+        out.extend(qs[rank] for qs in by_dataset.values() if rank < len(qs))
+    return out[:limit]
 
 
 def iteration_questions(questions: Sequence[Question], config: TrainConfig, iteration: int) -> list[Question]:
@@ -481,7 +494,7 @@ class Runner:
         if overlap:
             raise ConfigError(f"{len(overlap)} dev question(s) are also training questions, e.g. "
                               f"{sorted(overlap)[0]!r}", fix="evaluate on questions never trained on")
-        dev = dev[: c.eval_limit] if c.eval_limit else dev
+        dev = eval_questions(dev, c.eval_limit)
         if c.eval_init:
             self.log("evaluating the untrained models")
             init = self.evaluate(self.paths.root / "eval-init", current_models(self.paths, c, 0), dev)

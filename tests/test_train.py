@@ -141,3 +141,11 @@ def test_demo_flow_reuses_the_final_evaluation_for_the_oracle_study(tmp_path, ti
         [orjson.loads(x)["trajectories"] for x in standard.splitlines()]
     assert [row["ranker"] for row in summary["oracle_table"]] == ["llm", "oracle"]
     assert "relative gap" in summary["lines"][1] and (root / "oracle" / "report.md").is_file()
+
+
+def test_eval_questions_cover_every_dataset_first():
+    from cosearch_cli.train import eval_questions
+
+    questions = [Question(f"{d}{i}", "?", ["a"], dataset=d) for d in ("nq", "hotpotqa", "musique") for i in range(3)]
+    assert [q.id for q in eval_questions(questions, 4)] == ["nq0", "hotpotqa0", "musique0", "nq1"]
+    assert eval_questions(questions, 0) == questions
