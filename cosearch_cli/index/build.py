@@ -250,8 +250,6 @@ class DenseRetriever:
         self.row_ids = row_ids
 
     def search(self, queries: Sequence[str], k: int):
-        from cosearch_cli.records import Hit
-
         if not queries:
             return []
         return self.search_vectors(self.encoder.encode_queries(list(queries)), k)
