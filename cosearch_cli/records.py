@@ -13,9 +13,13 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
-from typing import Any, Callable, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from cosearch_cli.errors import RecordError
+from cosearch_cli.errors import InputError, RecordError
+
+if TYPE_CHECKING:
+    from cosearch_cli.artifacts import Reader
 
 SCHEMA_VERSION = 1
 
@@ -290,3 +294,21 @@ def read_question(row_data: dict, path: str, line: int) -> Question:
         raise RecordError(f"question {question.id!r} has no gold answers", path=path, line=line,
                           fix="give each question a non-empty 'answers' list of strings")
     return question
+
+
+def read_questions(path: str | Path) -> tuple[list[Question], Reader]:
+    """All questions, checked before any model loads, so a bad line fails the run before anything is written."""
+    from cosearch_cli.artifacts import Reader
+
+    reader = Reader.open(path)
+    questions, seen = [], {}
+    for row in reader.rows():
+        question = read_question(row.data, row.path, row.line)
+        if question.id in seen:
+            raise RecordError(f"question {question.id!r} appears twice (first at line {seen[question.id]})",
+                              path=row.path, line=row.line, fix="give each question a unique id")
+        seen[question.id] = row.line
+        questions.append(question)
+    if not questions:
+        raise InputError("no questions in the file", path=path, fix="pass a JSONL file with one question a line")
+    return questions, reader

@@ -32,7 +32,8 @@ import orjson
 from cosearch_cli import advantages, grouping, rewards
 from cosearch_cli.artifacts import Reader, Writer, make_manifest, write_json_atomic
 from cosearch_cli.errors import ConfigError, NothingToDo
-from cosearch_cli.records import Question, RolloutRecord, read_question, read_rollout
+from cosearch_cli.records import Question, RolloutRecord, read_rollout
+from cosearch_cli.records import read_questions as _read_question_file
 
 Log = Callable[[str], None]
 
@@ -208,11 +209,7 @@ def to_toml(config: TrainConfig) -> str:
 
 
 def read_questions(path: str | Path) -> list[Question]:
-    reader = Reader.open(path)
-    questions = [read_question(row.data, row.path, row.line) for row in reader.rows()]
-    if not questions:
-        raise ConfigError("question file is empty", path=path, fix="give at least one question")
-    return questions
+    return _read_question_file(path)[0]
 
 
 def read_records(path: Path, min_stage: str = "rollout") -> list[RolloutRecord]:

@@ -8,27 +8,11 @@ from typing import Annotated, Literal
 
 import typer
 
-from cosearch_cli.artifacts import Reader, Writer, make_manifest
+from cosearch_cli.artifacts import Writer, make_manifest
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import Output, Quiet, Seed, progress, stderr
-from cosearch_cli.errors import ConfigError, InputError, RecordError
-from cosearch_cli.records import Question, read_question
-
-
-def read_questions(path: str) -> tuple[list[Question], Reader]:
-    """All questions, checked before any model loads, so a bad line fails the run before anything is written."""
-    reader = Reader.open(path)
-    questions, seen = [], {}
-    for row in reader.rows():
-        question = read_question(row.data, row.path, row.line)
-        if question.id in seen:
-            raise RecordError(f"question {question.id!r} appears twice (first at line {seen[question.id]})",
-                              path=row.path, line=row.line, fix="give each question a unique id")
-        seen[question.id] = row.line
-        questions.append(question)
-    if not questions:
-        raise InputError("no questions in the file", path=path, fix="pass a JSONL file with one question a line")
-    return questions, reader
+from cosearch_cli.errors import ConfigError, InputError
+from cosearch_cli.records import read_questions
 
 
 def read_template(path: str):

@@ -54,7 +54,7 @@ def warmup(
     """
     import torch
 
-    from cosearch_cli.cli.rollout import read_questions
+    from cosearch_cli.records import read_questions
     from cosearch_cli.index import open_index
     from cosearch_cli.models import load_causal_lm
     from cosearch_cli.rollout import preset as make_preset
