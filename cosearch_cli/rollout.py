@@ -224,6 +224,24 @@ def run_rollouts(questions: Iterable[Question], *, agent: GenerationBackend,
     config.check(ranker_backend is not None)
     stats = stats if stats is not None else RolloutStats()
     retriever = index.retriever(config.retriever)
+    # Backends that keep encoded prompts between calls start and end every run empty, so a run's output
+    # does not depend on what ran before it, and the memory is given back.
+    _reset_caches(agent, ranker_backend)
+    try:
+        yield from _rollout_loop(questions, agent, ranker_backend, index, retriever, config, stats)
+    finally:
+        _reset_caches(agent, ranker_backend)
+
+
+def _reset_caches(*backends) -> None:
+    for backend in backends:
+        reset = getattr(backend, "reset_cache", None)
+        if reset is not None:
+            reset()
+
+
+def _rollout_loop(questions, agent, ranker_backend, index, retriever, config: RolloutConfig,
+                  stats: RolloutStats) -> Iterator[RolloutRecord]:
     pending = iter(questions)
     pool: list[_InFlight] = []
     exhausted = False
@@ -283,7 +301,8 @@ def _agent_turn(live: list[_Live], agent: GenerationBackend, config: RolloutConf
                                                                    last_turn=turn == config.max_turns))
         requests.append(GenerationRequest(list(traj.token_ids), constraint=constraint,
                                           seed=derive_seed(config.seed, traj.question.id, traj.sample, turn,
-                                                           "agent")))
+                                                           "agent"),
+                                          keep_cache=turn < config.max_turns))
     budget = _budget(config.max_new_tokens, requests)
     limit = config.max_context or _context_limit(agent)
     if limit is not None:

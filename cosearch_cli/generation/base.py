@@ -45,6 +45,9 @@ class GenerationRequest:
     # The row's own sampling seed; None derives one from SamplingSettings.seed and the row's position.
     # Setting it makes a row's sample independent of which other rows share its batch.
     seed: int | None = None
+    # A hint that a later request's prompt will extend this one's prompt + output (the agent's next turn):
+    # a backend that can keep the sequence's encoded state does so, and skips re-encoding it then.
+    keep_cache: bool = False
 
 
 @dataclass

@@ -9,6 +9,10 @@ nor ask a per-row constraint object which tokens are allowed.
 One step of the loop, per row: logits / temperature -> log_softmax (recorded) -> constraint mask -> top-p ->
 Gumbel noise from the row's own generator -> argmax. Rows that finish leave the batch (their
 cache rows are dropped), so a batch costs what its longest live rows cost.
+
+Encoding is done once per token sequence (see `kvcache`): a prompt starts from the longest stored prefix
+(a previous turn kept with `keep_cache`, a prompt several rows share, the instructions every prompt starts
+with), and only the tokens after it are run through the model.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from collections.abc import Sequence
 import torch
 
 from cosearch_cli.generation.base import Generation, GenerationRequest, SamplingSettings
+from cosearch_cli.generation.kvcache import PrefixCache, new_cache, row_kv, seeded_cache
+
+# Shared prefixes shorter than this are not worth a separate encoding pass.
+MIN_SHARED_PREFIX = 16
 
 
 def request_seed(settings_seed: int, index: int, request: GenerationRequest) -> int:
@@ -40,7 +48,8 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(self, model, tokenizer, *, max_batch: int = 64):
+    def __init__(self, model, tokenizer, *, max_batch: int = 64, cache_bytes: int = 2 * 2**30):
+        """`cache_bytes`: budget for stored key/value state between calls (0 turns prefix reuse off)."""
         self.model = model
         self._tokenizer = tokenizer
         self.max_batch = max_batch
@@ -51,6 +60,9 @@ class HFBackend:
         self.eos_ids = _eos_ids(model, tokenizer)
         # transformers 5.x renamed `past_key_values` to `cache`; older releases only know the old name.
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.prefix_cache = PrefixCache(cache_bytes) if cache_bytes > 0 else None
+        self._weights_stamp: tuple | None = None
+        self._used: set[tuple[int, ...]] = set()  # stored prefixes the current call started from
 
     @classmethod
     def load(cls, name_or_path: str, **kwargs) -> "HFBackend":
@@ -63,29 +75,105 @@ class HFBackend:
     def tokenizer(self):
         return self._tokenizer
 
+    def reset_cache(self) -> None:
+        """Forget every stored key/value state (frees its memory)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
     @torch.inference_mode()
     def generate(self, requests: Sequence[GenerationRequest], settings: SamplingSettings) -> list[Generation]:
-        # Similar lengths share a micro-batch, so little compute goes to padding.
-        order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
+        assert all(r.prompt_ids for r in requests), "every request needs at least one prompt token"
+        cache = self.prefix_cache
+        self._used = set()
+        if cache is not None:
+            self._drop_stale_cache()
+            self._store_shared_prefixes([r.prompt_ids for r in requests])
+        starts = [cache.longest(r.prompt_ids) if cache is not None else (0, None) for r in requests]
+        self._used.update(key for _, key in starts if key is not None)
+        # Similar numbers of tokens to encode share a micro-batch, so little compute goes to padding.
+        order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids) - starts[i][0])
         results: list[Generation | None] = [None] * len(requests)
         for start in range(0, len(order), self.max_batch):
             chunk = order[start:start + self.max_batch]
             seeds = [request_seed(settings.seed, i, requests[i]) for i in chunk]
-            for i, gen in zip(chunk, self._generate_batch([requests[i] for i in chunk], seeds, settings)):
+            gens = self._generate_batch([requests[i] for i in chunk], seeds, settings, [starts[i] for i in chunk])
+            for i, gen in zip(chunk, gens):
                 results[i] = gen
+        if cache is not None:
+            for key in self._used:  # a continuation is used once; shared prefixes stay
+                cache.consume(key)
         return results
 
-    def _generate_batch(self, requests: list[GenerationRequest], seeds: list[int],
-                        settings: SamplingSettings) -> list[Generation]:
+    def _drop_stale_cache(self) -> None:
+        """Stored states are only valid for the weights that computed them: forget them after an update."""
+        try:
+            stamp = tuple(p._version for p in self.model.parameters())
+        except RuntimeError:  # parameters created under inference mode track no versions
+            stamp = None
+        if stamp is None or stamp != self._weights_stamp:
+            self.prefix_cache.clear()
+        self._weights_stamp = stamp
+
+    def _store_shared_prefixes(self, prompts: list[list[int]]) -> None:
+        """Encode once what several prompts share: the longest prefix common to all prompts that have
+        nothing stored yet (the instructions), then every prompt that occurs more than once (the G samples
+        of a question), so each row only encodes its own last tokens."""
+        cache = self.prefix_cache
+        fresh = [p for p in prompts if cache.longest(p)[0] == 0]
+        if len(fresh) > 1:
+            common = min(_common_prefix_length(fresh), min(len(p) for p in fresh) - 1)
+            if common >= MIN_SHARED_PREFIX:
+                self._store([fresh[0][:common]], shared=True)
+        counts: dict[tuple[int, ...], int] = {}
+        for p in prompts:
+            counts[tuple(p)] = counts.get(tuple(p), 0) + 1
+        repeated = [list(key[:-1]) for key, n in counts.items()
+                    if n > 1 and len(key) > 1 and cache.longest(key)[0] < len(key) - 1]
+        if repeated:
+            self._store(repeated, shared=False)
+
+    def _store(self, sequences: list[list[int]], *, shared: bool) -> None:
+        """Encode sequences (each from its own longest stored prefix) and store their state."""
+        for start in range(0, len(sequences), self.max_batch):
+            chunk = sequences[start:start + self.max_batch]
+            starts = [self.prefix_cache.longest(s) for s in chunk]
+            self._used.update(key for _, key in starts if key is not None)
+            _, cache, attention, _ = self._encode(chunk, starts)
+            for slot, seq in enumerate(chunk):
+                self.prefix_cache.put(tuple(seq), row_kv(cache, slot, attention[slot].bool()), shared=shared)
+
+    def _encode(self, prompts: list[list[int]], starts: list[tuple[int, tuple | None]]):
+        """Run each prompt's tokens after its stored prefix through the model, as one padded batch.
+
+        Row layout over the cache positions: [pad][stored prefix][pad][new tokens]; the attention mask hides
+        the pads and position ids continue from each row's prefix. Returns (model output, cache, attention
+        mask, next position per row)."""
+        lengths = [n if key is not None and key in self.prefix_cache.entries else 0 for n, key in starts]
+        prefixes = [self.prefix_cache.get(key) if n else None for n, (_, key) in zip(lengths, starts)]
+        stored = max(lengths)
+        new = max(len(p) - n for p, n in zip(prompts, lengths))
+        batch = len(prompts)
+        input_ids = torch.full((batch, new), self.pad_id, dtype=torch.long)
+        positions = torch.zeros((batch, new), dtype=torch.long)
+        attention = torch.zeros((batch, stored + new), dtype=torch.long)
+        for row, (prompt, n) in enumerate(zip(prompts, lengths)):
+            todo = len(prompt) - n
+            input_ids[row, new - todo:] = torch.tensor(prompt[n:])
+            positions[row, new - todo:] = torch.arange(n, len(prompt))
+            attention[row, stored - n:stored] = 1
+            attention[row, stored + new - todo:] = 1
+        if self.prefix_cache is not None:
+            self.prefix_cache.reused_tokens += sum(lengths)
+        cache = seeded_cache(self.model, prefixes, lengths, stored) if stored else new_cache(self.model)
+        out = self.model(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
+                         position_ids=positions.to(self.device), use_cache=True, logits_to_keep=1,
+                         **{self._cache_kw: cache})
+        next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+        return out, cache, attention, next_pos
+
+    def _generate_batch(self, requests: list[GenerationRequest], seeds: list[int], settings: SamplingSettings,
+                        starts: list[tuple[int, tuple | None]]) -> list[Generation]:
         batch = len(requests)
-        assert all(r.prompt_ids for r in requests), "every request needs at least one prompt token"
-        width = max(len(r.prompt_ids) for r in requests)
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
-        for row, request in enumerate(requests):
-            input_ids[row, width - len(request.prompt_ids):] = torch.tensor(request.prompt_ids)
-            attention[row, width - len(request.prompt_ids):] = 1
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
         generators = [torch.Generator().manual_seed(seed) for seed in seeds]
         stop_tail = max((len(s) for s in settings.stop), default=0) + 2
 
@@ -93,11 +181,7 @@ class HFBackend:
         logprobs: list[list[float]] = [[] for _ in range(batch)]
         finish = ["length"] * batch
         live = list(range(batch))  # request rows still generating, in cache order
-        cache = _new_cache(self.model)
-        out = self.model(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
-                         position_ids=positions.to(self.device), use_cache=True, logits_to_keep=1,
-                         **{self._cache_kw: cache})
-        next_pos = positions[:, -1] + 1
+        out, cache, attention, next_pos = self._encode([r.prompt_ids for r in requests], starts)
         for step in range(settings.max_new_tokens):
             logits = out.logits[:, -1, :].float().cpu()
             tokens, token_logprobs = self._pick(logits, [requests[r] for r in live],
@@ -109,11 +193,15 @@ class HFBackend:
                 generated[row].append(token)
                 logprobs[row].append(token_logprobs[slot])
                 reason = self._finished(generated[row], requests[row], settings, stop_tail)
+                if not reason and step == settings.max_new_tokens - 1:
+                    reason = "length"
                 if reason:
                     finish[row] = reason
+                    if requests[row].keep_cache and self.prefix_cache is not None:
+                        self._keep(requests[row].prompt_ids + generated[row][:-1], cache, slot, attention[slot])
                 else:
                     keep.append(slot)
-            if not keep or step == settings.max_new_tokens - 1:
+            if not keep:
                 break
             if len(keep) < len(live):
                 index = torch.tensor(keep)
@@ -130,6 +218,12 @@ class HFBackend:
         return [Generation(token_ids=generated[row], logprobs=logprobs[row], finish_reason=finish[row],
                            text=self._tokenizer.decode(generated[row], skip_special_tokens=False))
                 for row in range(batch)]
+
+    def _keep(self, sequence: list[int], cache, slot: int, attention_row: torch.Tensor) -> None:
+        """Store a finished row's state (its last sampled token was never fed, so it is not included)."""
+        kv = row_kv(cache, slot, attention_row.bool())
+        assert kv[0][0].shape[1] == len(sequence), "cached positions must match the row's tokens"
+        self.prefix_cache.put(tuple(sequence), kv)
 
     def _pick(self, logits: torch.Tensor, requests: list[GenerationRequest], generated: list[list[int]],
               generators: list[torch.Generator], settings: SamplingSettings) -> tuple[list[int], list[float]]:
@@ -197,10 +291,12 @@ def _eos_ids(model, tokenizer) -> set[int]:
     return {i for i in ids if i is not None}
 
 
-def _new_cache(model):
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=model.config)
-    except TypeError:  # older transformers
-        return DynamicCache()
+def _common_prefix_length(sequences: list[list[int]]) -> int:
+    first = sequences[0]
+    length = min(len(s) for s in sequences)
+    for seq in sequences[1:]:
+        i = 0
+        while i < length and seq[i] == first[i]:
+            i += 1
+        length = i
+    return length
