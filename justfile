@@ -36,8 +36,8 @@ bench-group-reward:
 
 # Rollout speed: batched `run_rollouts` vs one trajectory at a time with batch-1 `model.generate` (same
 # questions, SmolLM2, settings; both constrained). Results: bench/results/rollout_speed.md.
-bench-rollout questions="4" n="4" turns="1":
-    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/bench_rollout.py --questions {{questions}} --naive-questions 1 --n {{n}} --max-turns {{turns}} --max-new-tokens 64
+bench-rollout questions="8" n="4" turns="2":
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_rollout.py --questions {{questions}} --naive-questions 1 --n {{n}} --max-turns {{turns}} --max-new-tokens 80
 
 # One GRPO update of SmolLM2-135M (fp32, CPU): `cosearch update` vs TRL's GRPO loss path on the same batch,
 # alternating in fresh processes (needs the trl extra). Results: bench/results/update_cpu.md.

@@ -103,7 +103,9 @@ def run_mode(mode: str, args) -> dict:
     lines = (ROOT / "fixtures" / "dev.jsonl").read_text().splitlines()[:count]
     questions = [read_question(json.loads(line), "dev.jsonl", i) for i, line in enumerate(lines, 1)]
     model, tokenizer = load_causal_lm("smollm2")
-    backend = HFBackend(model, tokenizer) if mode == "batched" else Batch1Generate(model, tokenizer)
+    cache_bytes = 0 if args.no_prefix_reuse else 2 * 2**30
+    backend = (HFBackend(model, tokenizer, cache_bytes=cache_bytes) if mode == "batched"
+               else Batch1Generate(model, tokenizer))
     config = RolloutConfig(n=args.n, max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, seed=args.seed,
                            question_chunk=args.questions if mode == "batched" else 1, retriever="bm25")
     agent_c, ranker_c = constraint_factories(args.constrain, "smollm2", HFBackend(model, tokenizer),
@@ -158,10 +160,12 @@ def main() -> None:
                         help="run the naive loop on only the first of those questions (its tokens/s does not "
                              "depend on how many it runs; batch-1 is slow on a shared machine)")
     parser.add_argument("--n", type=int, default=4, help="G trajectories per question")
-    parser.add_argument("--max-turns", type=int, default=2)
+    parser.add_argument("--max-turns", type=int, default=2)  # the cpu preset's T, N, K and token budget
     parser.add_argument("--max-new-tokens", type=int, default=80)
     parser.add_argument("--constrain", default="agent,ranker", help="roles with constrained decoding")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-prefix-reuse", action="store_true",
+                        help="batched mode encodes every prompt in full (the backend before prefix reuse)")
     parser.add_argument("--index", default="/tmp/cosearch-bench-index", help="BM25 fixture index (built if missing)")
     parser.add_argument("--mode", choices=["batched", "naive"], help="run one mode and print JSON (internal)")
     args = parser.parse_args()

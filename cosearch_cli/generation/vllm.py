@@ -50,6 +50,9 @@ class VLLMBackend:
 
         folder = resolve_lm(name_or_path)
         llm_kwargs.setdefault("seed", 0)
+        # Rollouts re-send each trajectory's context every turn and share instructions across prompts;
+        # vLLM's automatic prefix caching encodes those once (as the hf backend's stored prefixes do).
+        llm_kwargs.setdefault("enable_prefix_caching", True)
         return cls(LLM(model=str(folder), **llm_kwargs), load_tokenizer(name_or_path))
 
     @property
