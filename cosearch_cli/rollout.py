@@ -320,7 +320,8 @@ def _agent_turn(live: list[_Live], agent: GenerationBackend, config: RolloutConf
     generations = agent.generate(requests, _settings(config, budget, AGENT_STOPS))
     stats.agent_seconds += time.perf_counter() - started
     searching = []
-    for traj, gen in zip(live, generations):
+    release = getattr(agent, "release", None)
+    for traj, request, gen in zip(live, requests, generations):
         stats.agent_tokens += len(gen.token_ids)
         turn = traj.turn
         traj.extend(gen.token_ids, gen.logprobs)
@@ -342,6 +343,8 @@ def _agent_turn(live: list[_Live], agent: GenerationBackend, config: RolloutConf
         else:
             traj.format_error = f"turn {turn}: {error}"
         traj.done = True
+        if request.keep_cache and release is not None:  # no next turn will continue from this state
+            release(request.prompt_ids + gen.token_ids[:-1])
     return searching
 
 

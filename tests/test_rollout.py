@@ -277,3 +277,26 @@ def test_same_seed_same_records_whatever_the_batch(tiny_lm):
     for a, b in zip(alone, together):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert [t.token_ids for t in run(2, seed=6)] != [t.token_ids for t in together]
+
+
+def test_prefix_reuse_changes_no_record_and_frees_finished_trajectories(tiny_lm, force_text):
+    model, tokenizer = tiny_lm
+    qs = questions("capital of France", "who wrote Moby-Dick")
+    config = RolloutConfig(n=2, top_n=4, k=2, ranker="llm", max_new_tokens=24, ranker_max_new_tokens=8,
+                           question_chunk=1, agent_constraint=forced_turns(tokenizer, force_text))
+    reusing = HFBackend(model, tokenizer)
+    plain = HFBackend(model, tokenizer, cache_bytes=0)
+    records = []
+    for record in run_rollouts(qs, agent=reusing, ranker_backend=reusing, index=WordIndex(), config=config):
+        # a finished question leaves nothing behind but prefixes every prompt shares
+        assert all(entry.shared for entry in reusing.prefix_cache.entries.values())
+        records.append(record)
+    assert reusing.prefix_cache.reused_tokens > 0 and len(reusing.prefix_cache) == 0  # emptied after the run
+    expected = list(run_rollouts(qs, agent=plain, ranker_backend=plain, index=WordIndex(), config=config))
+    for a, b in zip(records, expected):
+        for x, y in zip(a.trajectories, b.trajectories):
+            assert x.token_ids == y.token_ids
+            assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
+        for x, y in zip(a.ranker_calls, b.ranker_calls):
+            assert x.output_ids == y.output_ids
+            assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)

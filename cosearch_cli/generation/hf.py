@@ -75,6 +75,11 @@ class HFBackend:
     def tokenizer(self):
         return self._tokenizer
 
+    def release(self, sequence: Sequence[int]) -> None:
+        """Forget the state kept for `sequence` (prompt + output minus its last token): its trajectory ended."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.consume(tuple(sequence))
+
     def reset_cache(self) -> None:
         """Forget every stored key/value state (frees its memory)."""
         if self.prefix_cache is not None:
@@ -120,7 +125,7 @@ class HFBackend:
         of a question), so each row only encodes its own last tokens."""
         cache = self.prefix_cache
         fresh = [p for p in prompts if cache.longest(p)[0] == 0]
-        if len(fresh) > 1:
+        if len({tuple(p) for p in fresh}) > 1:  # identical prompts only: the repeated-prompt step below
             common = min(_common_prefix_length(fresh), min(len(p) for p in fresh) - 1)
             if common >= MIN_SHARED_PREFIX:
                 self._store([fresh[0][:common]], shared=True)
