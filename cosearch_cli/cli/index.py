@@ -12,6 +12,7 @@ import typer
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import Overwrite, Quiet, progress, refuse_existing, stderr
 from cosearch_cli.index import Corpus, build_index
+from cosearch_cli.index.bm25_sharded import SHARD_SIZE
 
 index_app = typer.Typer(help="Build retrieval indexes (doc store + BM25 and/or dense) from passage JSONL.",
                         no_args_is_help=True, rich_markup_mode=None)
@@ -25,8 +26,13 @@ CorpusPaths = Annotated[list[str], typer.Option(
                      "(contents = '\"Title\"\\ntext'); - for stdin. Repeat for several files.")]
 Bm25 = Annotated[bool, typer.Option(help="Build the BM25 index (Lucene BM25, k1=1.5, b=0.75, stemmed, "
                                           "title x4).")]
-Bm25Backend = Annotated[str, typer.Option(help="bm25s (default, pure Python) or pyserini (Lucene; optional "
-                                                "extra, Java 17). README 'BM25 backends' compares them.")]
+Bm25Backend = Annotated[str, typer.Option(
+    help="bm25s (pure Python; holds all token ids and scores in memory), sharded (the same scores, built in "
+         "two streaming passes into --shard-size shards: memory stays flat as the corpus grows; the default of "
+         "`index wiki`) or pyserini (Lucene; optional extra, Java 17). README 'BM25 backends' compares them.")]
+ShardSize = Annotated[int, typer.Option(
+    help="Passages per BM25 shard with --bm25-backend sharded. Building holds one shard's postings (about "
+         "0.5 GB per million passages) besides the vocabulary; searching reads every shard.")]
 DenseIndex = Annotated[list[str], typer.Option(
     "--dense-index", help="FAISS index type(s) for --dense: flat (exact, default), hnsw (faster queries, "
                           "more memory), ivfpq (~1/32 of flat's memory, approximate). Repeat for several.")]
@@ -36,27 +42,32 @@ Cache = Annotated[bool, typer.Option(help="Reuse and keep passage embeddings in 
 
 
 def _run(corpus: list[str], out: str, *, bm25: bool, dense: str | None, dense_index: list[str], batch_size: int,
-         cache: bool, overwrite: bool, quiet: bool, bm25_backend: str = "bm25s", embeddings=None,
-         total: int | None = None) -> dict:
+         cache: bool, overwrite: bool, quiet: bool, bm25_backend: str = "bm25s", shard_size: int = SHARD_SIZE,
+         embeddings=None, total: int | None = None) -> dict:
     refuse_existing(out, overwrite)
     options = {"corpus": corpus, "out": out, "bm25": bm25, "bm25_backend": bm25_backend, "dense": dense,
                "dense_index": dense_index, "batch_size": batch_size}
+    if bm25 and bm25_backend == "sharded":
+        options["shard_size"] = shard_size
     with progress(quiet) as bar:
         tasks: dict[str, int] = {}
 
         def on_progress(phase: str, n: int) -> None:
             if phase not in tasks:
-                label = {"read": "reading passages", "bm25": "BM25 index", "encode": f"encoding ({dense})"}
+                label = {"read": "reading passages", "bm25": "BM25 index", "encode": f"encoding ({dense})",
+                         "bm25-shards": "BM25 shards"}
+                if bm25_backend == "sharded":
+                    label["bm25"] = "BM25 terms (pass 1)"
                 tasks[phase] = bar.add_task(label[phase], total=total if phase == "read" else done_reading())
             bar.advance(tasks[phase], n)
 
         def done_reading() -> int | None:
             return int(bar.tasks[tasks["read"]].completed) if "read" in tasks else None
 
-        manifest = build_index(Corpus(corpus), out, bm25=bm25, bm25_backend=bm25_backend, dense=dense,
-                               dense_index=dense_index, overwrite=overwrite, batch_size=batch_size,
-                               cache_embeddings=cache,
-                               embeddings=embeddings, options=options, on_progress=on_progress)
+        manifest = build_index(Corpus(corpus), out, bm25=bm25, bm25_backend=bm25_backend, shard_size=shard_size,
+                               dense=dense, dense_index=dense_index, overwrite=overwrite, batch_size=batch_size,
+                               cache_embeddings=cache, embeddings=embeddings, options=options,
+                               on_progress=on_progress)
     if not quiet:
         kinds = [k for k in ("bm25", "dense") if k in manifest]
         stderr.print(f"indexed {manifest['corpus']['passages']:,} passages ({', '.join(kinds)}) into {out}")
@@ -69,6 +80,7 @@ def fixture(out: Annotated[str, typer.Option(help="Index folder to write.")] = "
                                                      "fixture embeddings, so it takes seconds).")] = True,
             reencode: Annotated[bool, typer.Option(help="Encode the fixture again (minutes on CPU) and "
                                                         "rewrite the shipped fixtures/" + FIXTURE_VECTORS)] = False,
+            bm25_backend: Bm25Backend = "bm25s", shard_size: ShardSize = SHARD_SIZE,
             overwrite: Overwrite = True, quiet: Quiet = False) -> None:
     """Index the bundled fixture passages (fixtures/corpus.jsonl) into indexes/fixture: BM25 + MiniLM flat."""
     corpus = FIXTURES / "corpus.jsonl"
@@ -78,7 +90,8 @@ def fixture(out: Annotated[str, typer.Option(help="Index folder to write.")] = "
         if vectors is None and not quiet:
             stderr.print(f"fixtures/{FIXTURE_VECTORS} does not match the fixture corpus: encoding it (minutes)")
     manifest = _run([str(corpus)], out, bm25=True, dense="minilm" if dense else None, dense_index=["flat"],
-                    batch_size=64, cache=not reencode, overwrite=overwrite, quiet=quiet, embeddings=vectors)
+                    batch_size=64, cache=not reencode, overwrite=overwrite, quiet=quiet, embeddings=vectors,
+                    bm25_backend=bm25_backend, shard_size=shard_size)
     if reencode and dense:
         _write_shipped_vectors(corpus, out, manifest)
 
@@ -110,7 +123,7 @@ def _write_shipped_vectors(corpus: Path, out: str, manifest: dict) -> None:
 
 @index_app.command("wiki")
 def wiki(corpus: CorpusPaths, out: Annotated[str, typer.Option(help="Index folder to write.")] = "indexes/wiki",
-         bm25: Bm25 = True, bm25_backend: Bm25Backend = "bm25s",
+         bm25: Bm25 = True, bm25_backend: Bm25Backend = "sharded", shard_size: ShardSize = SHARD_SIZE,
          dense: Annotated[str | None, typer.Option(help="Also build a dense index with this encoder: 'minilm' or "
                                                         "a local Hugging Face encoder folder (e5-base-v2...). "
                                                         "Off by default: 21M passages take days on CPU.")] = None,
@@ -120,24 +133,26 @@ def wiki(corpus: CorpusPaths, out: Annotated[str, typer.Option(help="Index folde
          overwrite: Overwrite = False, quiet: Quiet = False) -> None:
     """Index the wiki-18 dump (21M passages, Search-R1/FlashRAG JSONL), streaming with a progress bar.
 
-    Passage text is streamed and never held in memory; BM25's token ids and score matrix and the dense
-    vectors are (use --dense-index ivfpq to keep the dense part small).
+    Passage text is streamed and never held in memory. BM25 is sharded by default: pass 1 tokenises each
+    passage once and counts document frequencies (in memory: the vocabulary), pass 2 writes the shards with
+    the global statistics (in memory: one shard), so memory stays flat as the corpus grows and scores equal
+    a bm25s index built in one piece. Dense vectors are held in memory (--dense-index ivfpq keeps them small).
     """
-    _run(corpus, out, bm25=bm25, bm25_backend=bm25_backend, dense=dense, dense_index=dense_index,
-         batch_size=batch_size, cache=cache, overwrite=overwrite, quiet=quiet,
+    _run(corpus, out, bm25=bm25, bm25_backend=bm25_backend, shard_size=shard_size, dense=dense,
+         dense_index=dense_index, batch_size=batch_size, cache=cache, overwrite=overwrite, quiet=quiet,
          total=None if quiet else _count_lines(corpus))
 
 
 @index_app.command("build")
 def build(corpus: CorpusPaths, out: Annotated[str, typer.Option(help="Index folder to write.")],
-          bm25: Bm25 = True, bm25_backend: Bm25Backend = "bm25s",
+          bm25: Bm25 = True, bm25_backend: Bm25Backend = "bm25s", shard_size: ShardSize = SHARD_SIZE,
           dense: Annotated[str | None, typer.Option(help="Also build a dense index with this encoder: 'minilm' "
                                                          "or a local Hugging Face encoder folder.")] = None,
           dense_index: DenseIndex = ["flat"], batch_size: BatchSize = 64, cache: Cache = True,
           overwrite: Overwrite = False, quiet: Quiet = False) -> None:
     """Index any passage corpus (JSONL) into a folder."""
-    _run(corpus, out, bm25=bm25, bm25_backend=bm25_backend, dense=dense, dense_index=dense_index,
-         batch_size=batch_size, cache=cache, overwrite=overwrite, quiet=quiet)
+    _run(corpus, out, bm25=bm25, bm25_backend=bm25_backend, shard_size=shard_size, dense=dense,
+         dense_index=dense_index, batch_size=batch_size, cache=cache, overwrite=overwrite, quiet=quiet)
 
 
 def _count_lines(paths: list[str]) -> int | None:

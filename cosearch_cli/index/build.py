@@ -2,7 +2,8 @@
 
 An index folder holds everything later stages need:
   passages.jsonl, offsets.npy, ids*.npy, rows_sorted.npy   the doc store (docstore.py)
-  bm25/                                                    the bm25s index (bm25.py)
+  bm25/                                                    the bm25s index (bm25.py), or the sharded one
+                                                           (bm25_sharded.py: bounded memory, same scores)
   dense/<type>.faiss                                       FAISS indexes over the encoder's embeddings
   index.manifest.json                                      corpus hash and count, encoder, settings, versions
 It is built in a temporary folder beside the target and renamed into place only when complete, so a failed
@@ -22,6 +23,7 @@ import orjson
 from cosearch_cli.artifacts import make_manifest, write_json_atomic
 from cosearch_cli.errors import ConfigError, IndexError_, InputError, OutputExists
 from cosearch_cli.index import bm25 as bm25_mod
+from cosearch_cli.index import bm25_sharded
 from cosearch_cli.index import dense as dense_mod
 from cosearch_cli.index.corpus import Corpus, passage_key
 from cosearch_cli.index.docstore import DocStore, DocStoreWriter, RowIds, duplicate_error
@@ -29,19 +31,21 @@ from cosearch_cli.records import Passage
 from cosearch_cli.retrieval import Retriever
 
 MANIFEST = "index.manifest.json"
+BM25_BACKENDS = ("bm25s", "sharded", "pyserini")
 INDEX_FORMAT = 1
 Progress = Callable[[str, int], None]
 
 
 def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool = True, dense: str | None = None,
-                dense_index: str | Sequence[str] = "flat", bm25_backend: str = "bm25s", overwrite: bool = False,
-                batch_size: int = 64,
+                dense_index: str | Sequence[str] = "flat", bm25_backend: str = "bm25s",
+                shard_size: int = bm25_sharded.SHARD_SIZE, overwrite: bool = False, batch_size: int = 64,
                 cache_embeddings: bool = True, embeddings=None, options: dict | None = None,
                 on_progress: Progress | None = None) -> dict:
     """Index `passages` into `folder` (BM25 and/or dense with encoder `dense`); returns the manifest.
 
     `passages` may be a `Corpus` (then errors name its files and lines) or any iterable of Passages.
-    `bm25_backend`: "bm25s" (default) or "pyserini" (optional extra, Java 17; README "BM25 backends").
+    `bm25_backend`: "bm25s" (default), "sharded" (the same scores in bounded memory, `shard_size` passages a
+    shard; for wiki-18) or "pyserini" (optional extra, Java 17; README "BM25 backends").
     `dense_index`: one FAISS type or several ("flat", "hnsw", "ivfpq"), each stored as dense/<type>.faiss.
     `embeddings`: precomputed passage vectors in corpus order (e.g. the fixture's shipped MiniLM vectors);
     otherwise they come from the embedding cache or are encoded (and cached).
@@ -52,8 +56,10 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
         if kind not in dense_mod.INDEX_TYPES:
             raise ConfigError(f"unknown dense index type {kind!r}",
                               fix=f"use one of {', '.join(dense_mod.INDEX_TYPES)}")
-    if bm25 and bm25_backend not in ("bm25s", "pyserini"):
-        raise ConfigError(f"unknown BM25 backend {bm25_backend!r}", fix="use bm25s or pyserini")
+    if bm25 and bm25_backend not in BM25_BACKENDS:
+        raise ConfigError(f"unknown BM25 backend {bm25_backend!r}", fix=f"use {', '.join(BM25_BACKENDS)}")
+    if bm25 and bm25_backend == "sharded" and shard_size < 1:
+        raise ConfigError(f"shard size {shard_size} is not positive", fix="pass a shard size such as 1000000")
     if bm25 and bm25_backend == "pyserini":
         from cosearch_cli.index.lucene import _check_installed
         _check_installed()
@@ -68,7 +74,8 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        manifest = _build(passages, tmp, bm25=bm25_backend if bm25 else None, encoder=encoder, types=types,
+        manifest = _build(passages, tmp, bm25=bm25_backend if bm25 else None, shard_size=shard_size,
+                          encoder=encoder, types=types,
                           embeddings=embeddings, cache_embeddings=cache_embeddings, options=options or {}, on_progress=on_progress)
         _replace_folder(tmp, folder)
     finally:
@@ -76,7 +83,7 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
     return manifest
 
 
-def _build(passages, tmp: Path, *, bm25: str | None, encoder, types, embeddings, cache_embeddings, options,
+def _build(passages, tmp: Path, *, bm25: str | None, shard_size: int, encoder, types, embeddings, cache_embeddings, options,
            on_progress) -> dict:
     import hashlib
 
@@ -106,11 +113,15 @@ def _build(passages, tmp: Path, *, bm25: str | None, encoder, types, embeddings,
         build_lucene(_counting(store, on_progress, "bm25"), tmp / "bm25")
         settings["bm25"] = {"backend": "pyserini", "k1": bm25_mod.K1, "b": bm25_mod.B, "analyzer": "lucene default",
                             "title_weight": bm25_mod.TITLE_WEIGHT}
+    elif bm25 == "sharded":
+        stats = bm25_sharded.build_sharded_bm25(
+            _counting(store, on_progress, "bm25"), tmp / "bm25", shard_size=shard_size,
+            on_shard=(lambda n: on_progress("bm25-shards", n)) if on_progress else None)
+        settings["bm25"] = {**_bm25_settings("sharded"), "shard_size": shard_size, "shards": len(stats["shards"]),
+                            "terms": stats["terms"]}
     elif bm25:
         bm25_mod.build_bm25(_counting(store, on_progress, "bm25"), tmp / "bm25")
-        settings["bm25"] = {"backend": "bm25s", "k1": bm25_mod.K1, "b": bm25_mod.B, "method": "lucene",
-                            "stopwords": bm25_mod.STOPWORDS, "stemmer": bm25_mod.STEMMER,
-                            "title_weight": bm25_mod.TITLE_WEIGHT}
+        settings["bm25"] = _bm25_settings("bm25s")
     if encoder is not None:
         vectors = embeddings
         if vectors is not None and tuple(vectors.shape) != (len(store), encoder.dim):
@@ -137,6 +148,12 @@ def _build(passages, tmp: Path, *, bm25: str | None, encoder, types, embeddings,
     manifest.update({"format": INDEX_FORMAT, "corpus": {"sha256": corpus_sha, "passages": len(store)}, **settings})
     write_json_atomic(tmp / MANIFEST, manifest)
     return manifest
+
+
+def _bm25_settings(backend: str) -> dict:
+    """What the manifest records of a bm25s or sharded index (both score alike)."""
+    return {"backend": backend, "k1": bm25_mod.K1, "b": bm25_mod.B, "method": "lucene",
+            "stopwords": bm25_mod.STOPWORDS, "stemmer": bm25_mod.STEMMER, "title_weight": bm25_mod.TITLE_WEIGHT}
 
 
 def encoder_spec(name: str) -> str:
@@ -223,6 +240,8 @@ class Index:
             if info["backend"] == "pyserini":
                 from cosearch_cli.index.lucene import LuceneRetriever
                 return LuceneRetriever(self.folder / "bm25", k1=info["k1"], b=info["b"])
+            if info["backend"] == "sharded":
+                return bm25_sharded.ShardedBM25Retriever(self.folder / "bm25", self.docs.row_ids())
             return bm25_mod.BM25Retriever(self.folder / "bm25", self.docs.row_ids(), stemmer=info.get("stemmer"),
                                           stopwords=info.get("stopwords", "en"))
         info = self.manifest["dense"]
