@@ -55,6 +55,15 @@ bench-index *args:
 bench-retrieval:
     nice -n 10 .venv/bin/python bench/retrieval_quality.py --data ../shared/data --index indexes/shared-32k --dense
 
+# Learning evidence (issue 7): the three presets at the same budget from the warm-up checkpoint that
+# bench-valid-actions saves, evaluated on dev questions never trained on. About 1.5 h on this 2-core machine.
+learning-evidence:
+    test -d runs/warmup-smollm2 || .venv/bin/python bench/valid_actions.py --per-dataset 15 --n 4 --warmup-per-dataset 8 --epochs 2 --index indexes/dev-bm25 --settings warmup+constrained --out /tmp/valid_actions.json --save-warmup runs/warmup-smollm2
+    .venv/bin/python bench/learning_split.py --out runs/learning
+    for preset in search-r1 fixed-ranker cosearch; do OMP_NUM_THREADS=1 .venv/bin/cosearch train --preset $preset --config bench/learning.toml --name learn-$preset; done
+    .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --png bench/results/learning_curves.png
+
 # Valid actions of the embedded model: free vs constrained vs warm-up vs both (issue 8), on ../shared/data dev.
 bench-valid-actions per_dataset="15" n="4":
-    nice -n 10 .venv/bin/python bench/valid_actions.py --per-dataset {{per_dataset}} --n {{n}} --out bench/results/valid_actions.json
+    test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
+    OMP_NUM_THREADS=1 .venv/bin/python bench/valid_actions.py --per-dataset {{per_dataset}} --n {{n}} --warmup-per-dataset 8 --epochs 2 --index indexes/dev-bm25 --out bench/results/valid_actions.json --save-warmup runs/warmup-smollm2 --threads 1

@@ -128,6 +128,8 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results/valid_actions.json")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a crowded 2-core box)")
     ap.add_argument("--question-chunk", type=int, default=8, help="questions in flight (batch = n x this)")
+    ap.add_argument("--save-warmup", default=None,
+                    help="also save the warmed-up model here (a Hugging Face folder, e.g. to start `train` from)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -167,6 +169,11 @@ def warm_up(model, tokenizer, train, index, config, args, results):
                          "seconds": round(time.perf_counter() - started, 1)}
     print("warmup", json.dumps(results["warmup"]), file=sys.stderr, flush=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
+    if args.save_warmup:
+        model.save_pretrained(args.save_warmup)
+        tokenizer.save_pretrained(args.save_warmup)
+        Path(args.save_warmup, "warmup.json").write_text(json.dumps(
+            {**results["warmup"], "train_question_ids": [q.id for q in train], "args": vars(args)}, indent=2))
     return model
 
 

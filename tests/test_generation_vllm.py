@@ -43,3 +43,40 @@ def test_seeded_sampling_repeats(backends):
     settings = SamplingSettings(max_new_tokens=12, temperature=1.0)
     assert vllm_backend.generate([request], settings)[0].token_ids == \
         vllm_backend.generate([request], settings)[0].token_ids
+
+
+@pytest.mark.slow
+def test_constraints_through_structured_outputs_give_parseable_actions(backends):
+    """The agent and ranker constraints reach vLLM as regex structured outputs: every sampled turn and ranking
+    parses, and the recorded log-probs are still the model's own (unconstrained) ones, as the hf backend's."""
+    from cosearch_cli import ranker as ranking
+    from cosearch_cli.agent import parse_turn, prompt_ids
+    from cosearch_cli.constrain import make_constraints
+    from cosearch_cli.generation.base import GenerationRequest, SamplingSettings
+    from cosearch_cli.records import Passage
+
+    vllm_backend, hf_backend = backends
+    tokenizer = hf_backend.tokenizer
+    made = make_constraints({"agent", "ranker"}, tokenizer, vocab_size=hf_backend.model.config.vocab_size)
+    questions = ("Who wrote Moby-Dick?", "What is the capital of France?")
+    agent = [GenerationRequest(prompt_ids(tokenizer, q, 2), constraint=made.agent(final=final), seed=s)
+             for q in questions for final in (False, True) for s in range(2)]
+    settings = SamplingSettings(max_new_tokens=160, temperature=1.0, seed=3)
+    for request, gen in zip(agent, vllm_backend.generate(agent, settings)):
+        turn = parse_turn(gen.text)
+        assert turn.error is None and turn.action in (("answer",) if request.constraint.final else ("search", "answer"))
+    passages = [Passage(f"p{i}", f"Title {i}", f"Some passage text number {i}.") for i in range(5)]
+    ranker = [GenerationRequest(ranking.prompt_ids(tokenizer, q, q, passages, 3, 16), constraint=made.ranker(n=5, k=3),
+                                seed=s) for q in questions for s in range(2)]
+    gens = vllm_backend.generate(ranker, settings)
+    for gen in gens:
+        # the regex fixes the shape; ids out of range or repeated are what strict parsing still rejects
+        assert ranking.RANKING_OPEN in gen.text and gen.text.rstrip().endswith(ranking.RANKING_CLOSE)
+    import torch
+
+    for request, gen in zip(ranker, gens):
+        with torch.no_grad():
+            logits = hf_backend.model(torch.tensor([request.prompt_ids + gen.token_ids])).logits[0]
+        expected = torch.log_softmax(logits[len(request.prompt_ids) - 1:-1].float(), -1)
+        expected = expected.gather(1, torch.tensor(gen.token_ids).view(-1, 1)).view(-1)
+        assert gen.logprobs == pytest.approx(expected.tolist(), abs=1e-3)
