@@ -13,7 +13,7 @@ demo:
     .venv/bin/cosearch demo
 
 # Every speed and quality benchmark, one after another (long: hours on a 2-core CPU; see each recipe).
-bench: bench-group-reward bench-index bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
+bench: bench-group-reward bench-index bench-bm25-memory bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
 
 # Regenerate docs/cli.md from the commands' --help (tests/test_docs.py fails when it is stale).
 docs:
@@ -49,6 +49,12 @@ bench-update questions="1" group="8" repeats="2":
 # Dense rows need the cached MiniLM embeddings that `just bench-retrieval` makes. Results: bench/results/index_speed.md.
 bench-index *args:
     nice -n 10 .venv/bin/python bench/bench_index.py --data ../shared/data {{args}}
+
+# BM25 build memory and time, bm25s vs sharded: the shared corpus, then 300k and 1M passages made by repeating it
+# (in /tmp), extrapolated to wiki-18's 21M; also checks both give the same dev recall. ~15 min on 2 quiet cores.
+# Results: bench/results/bm25_memory.md.
+bench-bm25-memory:
+    nice -n 19 .venv/bin/python bench/bench_bm25_memory.py --data ../shared/data --sizes 32628 300000 1000000 --quality --out bench/results/bm25_memory.md
 
 # Retrieval quality (recall@10, hit@5) of BM25 and dense MiniLM on all 32,628 passages and the dev questions;
 # the first run encodes the corpus (~25+ min on 2 cores; cached afterwards). Results: bench/results/retrieval_quality.md.

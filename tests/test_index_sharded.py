@@ -9,6 +9,7 @@ import pytest
 
 from conftest import run_cli
 from cosearch_cli.index import Corpus, build_index, open_index
+from cosearch_cli.index import bm25_sharded
 from cosearch_cli.index.bm25_sharded import ShardedBM25Retriever
 from cosearch_cli.records import Passage
 from test_index import folder_digest, word_passages, write_corpus
@@ -97,6 +98,15 @@ def test_sharded_rebuild_gives_identical_files(tmp_path):
     assert files == folder_digest(tmp_path / "two")
     assert {"bm25/shard-00002/weights.npy", "bm25/terms.bin", "bm25/stats.json"} <= set(files)
     assert not any(".scratch" in name for name in files)
+
+
+def test_chunks_within_passes_change_no_byte(tmp_path, fixtures_dir, monkeypatch):
+    corpus = str(fixtures_dir / "corpus.jsonl")
+    build_index(Corpus(corpus), tmp_path / "whole", bm25_backend="sharded", shard_size=700)
+    monkeypatch.setattr(bm25_sharded, "_READ_CHUNK", 97)  # pass 1 counts df over many batches
+    monkeypatch.setattr(bm25_sharded, "_WRITE_CHUNK", 64)  # pass 2 scatters many sorted pieces into a shard
+    build_index(Corpus(corpus), tmp_path / "pieces", bm25_backend="sharded", shard_size=700)
+    assert folder_digest(tmp_path / "whole") == folder_digest(tmp_path / "pieces")
 
 
 def test_cli_build_and_search_a_sharded_index(tmp_path):

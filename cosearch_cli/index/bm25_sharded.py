@@ -44,7 +44,7 @@ SHARD_SIZE = 1_000_000
 STATS = "stats.json"
 _WORDS = re.compile(r"(?u)\b\w\w+\b")  # bm25s's splitter: words of two or more word characters
 _READ_CHUNK = 10_000  # passages tokenised per numpy step in pass 1
-_WRITE_CHUNK = 50_000  # passages per sort in pass 2
+_WRITE_CHUNK = 20_000  # passages per sort in pass 2 (~70 bytes a posting while sorted)
 _WORD_CACHE = 1 << 20  # surface words remembered while building (cleared when full: memory stays bounded)
 _STOP = -1  # word id of a stopword
 
