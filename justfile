@@ -28,7 +28,7 @@ fixtures:
 # Halves advance together 35 questions at a time; rerun to continue; `--report-only` reports what is finished.
 oracle-study out="runs/oracle-study":
     test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
-    nice -n 10 .venv/bin/cosearch oracle --questions '../shared/data/dev/*.jsonl' --per-dataset 30 --question-chunk 32 --block 35 --index indexes/dev-bm25 --ranker none --ranker llm --out {{out}} -o {{out}}/summary.json
+    OMP_NUM_THREADS=1 .venv/bin/cosearch oracle --questions '../shared/data/dev/*.jsonl' --per-dataset 30 --question-chunk 32 --block 35 --index indexes/dev-bm25 --ranker none --ranker llm --out {{out}} -o {{out}}/summary.json
 
 # Speed of `cosearch group` and `cosearch reward`: 500 vs 2,000 questions (50 ranker calls each).
 bench-group-reward:
