@@ -6,8 +6,12 @@ libraries doing the same work, plus the FAISS index types and (with --pyserini) 
 - BM25 build: build_index(bm25 only; doc store included) vs bm25s tokenize + index + save of the same texts.
 - BM25 search, k=50, all dev questions in one batch: Index.retriever("bm25").search vs bm25s.tokenize+retrieve.
 - Dense build from cached MiniLM embeddings (run bench/retrieval_quality.py --dense first, or any dense build
-  of the corpus): build_index(dense) vs faiss IndexFlatIP.add + write_index; search: DenseRetriever.search
-  vs the same encoder call + faiss search (and faiss alone on precomputed query vectors).
+  of the corpus; without them random unit vectors of the same shape): build_index(dense, embeddings=...) vs
+  faiss IndexFlatIP.add + write_index, and vs that plus a plain JSONL/npy doc store (ours writes one too).
+- Dense build that encodes (the first --dense-build-passages passages): build_index(dense="minilm") vs
+  transformers AutoModel + mean pooling + L2 norm + faiss, written here; bare, then ours and bare in turn.
+- Dense search (cached embeddings only): DenseRetriever.search vs the same encoder call + faiss search (and
+  faiss alone on precomputed query vectors).
 - FAISS types: bytes per passage, recall@50 against flat on the dev queries, queries/s; wiki-18 extrapolation.
 - pyserini 0.25 (Lucene, Java 17) in its own interpreter: JVM start, index build, batch search, quality.
 Each timing is the median of --repeats runs, ours and bare alternating so machine noise hits both alike.
@@ -129,15 +133,15 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def alternate(ours, bare, repeats: int) -> tuple[float, float]:
-    """Median seconds of `ours` and `bare`, run alternately."""
-    a, b = [], []
+def alternate(*fns, repeats: int) -> tuple[float, ...]:
+    """Median seconds of each function, the functions run in turn `repeats` times."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        for fn, out in ((ours, a), (bare, b)):
+        for fn, out in zip(fns, times):
             start = time.perf_counter()
             fn()
             out.append(time.perf_counter() - start)
-    return statistics.median(a), statistics.median(b)
+    return tuple(statistics.median(t) for t in times)
 
 
 def bench_bm25(passages, queries, work: Path, repeats: int) -> list[tuple]:
@@ -157,7 +161,7 @@ def bench_bm25(passages, queries, work: Path, repeats: int) -> list[tuple]:
         model.index(tokens, show_progress=False)
         model.save(str(work / "bare-bm25"), show_progress=False)
 
-    build = alternate(ours_build, bare_build, repeats)
+    build = alternate(ours_build, bare_build, repeats=repeats)
     retriever = open_index(work / "ours-bm25").retriever("bm25")
     model = bm25s.BM25.load(str(work / "bare-bm25"), show_progress=False)
     stem = ours_bm25._stemmer(ours_bm25.STEMMER)
@@ -167,39 +171,127 @@ def bench_bm25(passages, queries, work: Path, repeats: int) -> list[tuple]:
                                 show_progress=False)
         model.retrieve(tokens, k=50, show_progress=False)
 
-    search = alternate(lambda: retriever.search(queries, 50), bare_search, repeats)
+    search = alternate(lambda: retriever.search(queries, 50), bare_search, repeats=repeats)
     return [("BM25 build (passages/s)", len(passages) / build[0], len(passages) / build[1]),
             ("BM25 search k=50, one batch (queries/s)", len(queries) / search[0], len(queries) / search[1])]
 
 
-def bench_dense(passages, queries, vectors, work: Path, repeats: int) -> list[tuple]:
+def bench_dense_build_cached(passages, vectors, work: Path, repeats: int) -> list[tuple]:
+    """Flat dense build from vectors already computed: ours vs FAISS alone, and vs FAISS plus a plain doc store
+    (the folder ours writes also holds the passages, so the second bare is the like-for-like one)."""
     import faiss
     import numpy as np
+    import orjson
 
-    from cosearch_cli.index import build_index, open_index
+    from cosearch_cli.index import build_index
 
-    def ours_build():
+    def ours():
         build_index(passages, work / "ours-dense", bm25=False, dense="minilm", embeddings=vectors, overwrite=True)
 
-    def bare_build():
+    def bare_faiss():
         index = faiss.IndexFlatIP(vectors.shape[1])
         index.add(vectors)
         faiss.write_index(index, str(work / "bare.faiss"))
 
-    build = alternate(ours_build, bare_build, repeats)
+    def bare_faiss_and_store():
+        # what a user would write to get passages back by FAISS row: JSONL, byte offsets, row -> id
+        offsets, ids = [0], []
+        with open(work / "bare-passages.jsonl", "wb") as handle:
+            for p in passages:
+                line = orjson.dumps({"id": p.id, "title": p.title, "text": p.text}) + b"\n"
+                handle.write(line)
+                offsets.append(offsets[-1] + len(line))
+                ids.append(p.id)
+        np.save(work / "bare-offsets.npy", np.array(offsets, dtype=np.uint64))
+        np.save(work / "bare-ids.npy", np.array(ids, dtype=bytes))
+        bare_faiss()
+
+    ours(), bare_faiss_and_store()  # warm-up, untimed: first imports and first file creation
+    t_ours, t_faiss, t_store = alternate(ours, bare_faiss, bare_faiss_and_store, repeats=repeats)
+    n = len(passages)
+    return [("dense build from cached vectors, flat; bare = FAISS add + write only (ours also writes the doc "
+             "store) (passages/s)", n / t_ours, n / t_faiss),
+            ("dense build from cached vectors, flat; bare = FAISS add + write + JSONL/npy doc store "
+             "(passages/s)", n / t_ours, n / t_store)]
+
+
+def bench_dense_build_encoded(passages, work: Path, repeats: int, batch_size: int = 64) -> tuple[tuple, list[str]]:
+    """Like for like: encode `passages` with MiniLM and write a flat index. Ours: build_index (also writes the
+    doc store). Bare: transformers + faiss as a user would write it, same texts, batches, pooling and
+    max_length. Order: bare, then (ours, bare) x repeats, after an untimed warm-up load of the model."""
+    import faiss
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from cosearch_cli.index import build_index
+    from cosearch_cli.models import minilm_folder
+
+    folder = minilm_folder()
+    texts = [f'"{p.title}"\n{p.text}' for p in passages]
+
+    def bare_vectors():
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
+        out = np.zeros((len(texts), model.config.hidden_size), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # the same batches as ours
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                rows = order[start:start + batch_size]
+                batch = tokenizer([texts[i] for i in rows], padding=True, truncation=True, max_length=256,
+                                  return_tensors="pt")
+                hidden = model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).float()
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                out[rows] = torch.nn.functional.normalize(pooled, dim=-1).numpy()
+        return out
+
+    def bare():
+        vectors = bare_vectors()
+        index = faiss.IndexFlatIP(vectors.shape[1])
+        index.add(vectors)
+        faiss.write_index(index, str(work / "bare-encoded.faiss"))
+
+    def ours():
+        build_index(passages, work / "ours-encoded", bm25=False, dense="minilm", batch_size=batch_size,
+                    cache_embeddings=False, overwrite=True)
+
+    AutoModel.from_pretrained(folder)  # warm-up: first import and load of the model classes, untimed
+    t_ours, t_bare = [], []
+    for fn, out in [(bare, t_bare)] + [(ours, t_ours), (bare, t_bare)] * repeats:
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    read = [faiss.read_index(str(path)) for path in (work / "ours-encoded" / "dense" / "flat.faiss",
+                                                      work / "bare-encoded.faiss")]
+    diff = float(np.abs(read[0].reconstruct_n(0, len(texts)) - read[1].reconstruct_n(0, len(texts))).max())
+    n = len(passages)
+    row = (f"dense build encoding {n:,} passages with MiniLM, flat (passages/s)", n / statistics.median(t_ours),
+           n / statistics.median(t_bare))
+    fastest = 100 * (min(t_ours) / min(t_bare) - 1)
+    notes = [f"Encoded build, seconds per run (bare first, then ours and bare in turn): bare "
+             f"{', '.join(f'{t:.1f}' for t in t_bare)}; ours {', '.join(f'{t:.1f}' for t in t_ours)}. Medians in "
+             f"the table; by the fastest run: ours {n / min(t_ours):,.1f} vs bare {n / min(t_bare):,.1f} "
+             f"passages/s ({fastest:+.1f}%). Largest difference between ours' and bare's vectors: {diff:.1e}."]
+    return row, notes
+
+
+def bench_dense_search(queries, work: Path, repeats: int) -> tuple[list[tuple], object]:
+    """Search of the flat index bench_dense_build_cached wrote: ours vs the same encoder call + faiss."""
+    import faiss
+
+    from cosearch_cli.index import open_index
+
     retriever = open_index(work / "ours-dense").retriever("dense")
     encoder = retriever.encoder
     flat = faiss.read_index(str(work / "bare.faiss"))
-    sample = queries
-    search = alternate(lambda: retriever.search(sample, 50),
-                       lambda: flat.search(encoder.encode_queries(sample), 50), repeats)
+    search = alternate(lambda: retriever.search(queries, 50),
+                       lambda: flat.search(encoder.encode_queries(queries), 50), repeats=repeats)
     qvec = encoder.encode_queries(queries)
     # FAISS alone, on precomputed query vectors: our wrapper's own cost (row ids -> Hit objects)
-    wrapped = alternate(lambda: retriever.search_vectors(qvec, 50), lambda: flat.search(qvec, 50), repeats)
-    return [("dense build from cached vectors, flat (passages/s)", len(passages) / build[0],
-             len(passages) / build[1]),
-            ("dense search k=50 incl. MiniLM query encoding (queries/s)", len(sample) / search[0],
-             len(sample) / search[1]),
+    wrapped = alternate(lambda: retriever.search_vectors(qvec, 50), lambda: flat.search(qvec, 50), repeats=repeats)
+    return [("dense search k=50 incl. MiniLM query encoding (queries/s)", len(queries) / search[0],
+             len(queries) / search[1]),
             ("dense search k=50, precomputed query vectors (queries/s)", len(queries) / wrapped[0],
              len(queries) / wrapped[1])], qvec
 
@@ -266,6 +358,9 @@ def main() -> None:
     parser.add_argument("--only", choices=("bm25", "dense"), help="run only the BM25 or only the dense rows")
     parser.add_argument("--dense-queries", type=int, default=1000,
                         help="dev questions for the dense rows (query encoding dominates on CPU)")
+    parser.add_argument("--dense-build-passages", type=int, default=2000, metavar="M",
+                        help="the encoding dense build row encodes the first M passages (0: skip the row)")
+    parser.add_argument("--append", action="store_true", help="append this run to --out instead of replacing it")
     parser.add_argument("--faiss-fixture", metavar="OUT", help="only: FAISS types on the fixture's vectors")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -278,7 +373,7 @@ def main() -> None:
 
     from cosearch_cli.index import Corpus
     from cosearch_cli.index.corpus import corpus_sha256
-    from cosearch_cli.index.dense import load_cached_embeddings
+    from cosearch_cli.index.dense import EncoderSpec, load_cached_embeddings
 
     data = Path(args.data)
     passages = list(Corpus(sorted(glob.glob(str(data / "corpus" / "*.jsonl")))))
@@ -290,21 +385,37 @@ def main() -> None:
              f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {platform.machine()}, "
              f"{os.cpu_count()} cores, 24 GiB, no GPU, shared with other jobs (noisy); medians of "
              f"{args.repeats} alternating runs.  ",
+             f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, nice {os.nice(0)}, load average "
+             f"(1/5/15 min) at start: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}.  ",
              f"Corpus: {len(passages):,} passages (../shared/data/corpus/*.jsonl); queries: all {len(queries):,} "
              f"dev questions for BM25, the first {args.dense_queries:,} for dense.", ""]
     rows = [] if args.only == "dense" else bench_bm25(passages, queries, work, args.repeats)
-    vectors = None if args.only == "bm25" else load_cached_embeddings("minilm", corpus_sha256(passages),
-                                                                       len(passages))
-    faiss_rows = []
-    if vectors is not None:
-        dense_rows, qvec = bench_dense(passages, queries[:args.dense_queries], vectors, work, args.repeats)
-        rows += dense_rows
-        faiss_rows = bench_faiss_types(vectors, qvec, work)
+    faiss_rows, notes = [], []
+    if args.only != "bm25":
+        vectors = load_cached_embeddings("minilm", corpus_sha256(passages), len(passages))
+        real = vectors is not None
+        if not real:  # FAISS flat add and write take the same time whatever the values
+            vectors = np.random.default_rng(0).standard_normal((len(passages), EncoderSpec("minilm").dim),
+                                                               dtype=np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            notes.append("No cached MiniLM embeddings of this corpus: the cached-vector rows use random unit "
+                         "vectors of the same shape; the search rows and FAISS types (they need real vectors) "
+                         "are skipped.")
+        rows += bench_dense_build_cached(passages, vectors, work, args.repeats)
+        if args.dense_build_passages:
+            row, more = bench_dense_build_encoded(passages[:args.dense_build_passages], work, args.repeats)
+            rows.append(row)
+            notes += more
+        if real:
+            dense_rows, qvec = bench_dense_search(queries[:args.dense_queries], work, args.repeats)
+            rows += dense_rows
+            faiss_rows = bench_faiss_types(vectors, qvec, work)
     lines += ["| what | cosearch | bare library | overhead |", "|---|---|---|---|"]
     for name, ours, bare in rows:
-        lines.append(f"| {name} | {ours:,.0f} | {bare:,.0f} | {100 * (bare / ours - 1):+.1f}% |")
-    if vectors is None and args.only != "bm25":
-        lines += ["", "Dense rows skipped: no cached MiniLM embeddings of this corpus."]
+        lines.append(f"| {name} | {ours:,.{1 if ours < 100 else 0}f} | {bare:,.{1 if bare < 100 else 0}f} | "
+                     f"{100 * (bare / ours - 1):+.1f}% |")
+    notes.append(f"Load average at the end: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}.")
+    lines += [""] + notes
     if faiss_rows:
         lines += ["", "## FAISS index types (MiniLM, 384 dims, inner product)", ""] + faiss_table(faiss_rows)
     if args.pyserini:
@@ -337,7 +448,8 @@ def main() -> None:
         lines += ["", "Quality columns: gold-passage recall@10 (2wiki, hotpotqa, musique), answer hit@5 (others)."]
     text = "\n".join(lines) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    with open(args.out, "a" if args.append else "w") as handle:
+        handle.write(("\n" if args.append else "") + text)
     print(text)
 
 

@@ -137,6 +137,28 @@ def test_dense_index_matches_brute_force_and_refuses_another_encoder(tmp_path, e
         index.retriever("bm25")
 
 
+def test_build_from_precomputed_embeddings_reads_only_the_encoder_config(tmp_path, encoder_dir, monkeypatch):
+    import faiss
+
+    from cosearch_cli.errors import ConfigError
+    from cosearch_cli.index import dense
+
+    passages = word_passages()
+    build_index(passages, tmp_path / "encoded", bm25=False, dense=str(encoder_dir), cache_embeddings=False)
+    vectors = faiss.read_index(str(tmp_path / "encoded" / "dense" / "flat.faiss")).reconstruct_n(0, len(passages))
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("the encoder weights were loaded")
+
+    monkeypatch.setattr(dense, "HFEncoder", no_weights)
+    build_index(passages, tmp_path / "given", bm25=False, dense=str(encoder_dir), embeddings=vectors)
+    assert folder_digest(tmp_path / "given") == folder_digest(tmp_path / "encoded")  # manifest included
+    with pytest.raises(ConfigError, match=r"precomputed embeddings have shape \(40, 16\), the corpus needs "
+                                          r"\(40, 32\)"):
+        build_index(passages, tmp_path / "wrong", bm25=False, dense=str(encoder_dir), embeddings=vectors[:, :16])
+    assert not (tmp_path / "wrong").exists()
+
+
 def test_ivfpq_recall_against_flat_on_clustered_vectors():
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(20, 32))

@@ -66,7 +66,11 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
     if not bm25 and not dense:
         raise ConfigError("nothing to build: neither BM25 nor a dense encoder was asked for",
                           fix="keep BM25 on, or pass a dense encoder ('minilm' or a folder)")
-    encoder = dense_mod.HFEncoder(dense, batch_size=batch_size) if dense else None  # fail before writing
+    # fail before writing; precomputed embeddings need only the encoder's config (name, dim), not its weights
+    encoder = None
+    if dense:
+        encoder = (dense_mod.EncoderSpec(dense) if embeddings is not None
+                   else dense_mod.HFEncoder(dense, batch_size=batch_size))
     if folder.exists() and any(folder.iterdir()) and not overwrite:
         raise OutputExists(f"{folder} already exists", fix="pass --overwrite to replace it, or choose another path")
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,41 @@ def passage_text(passage: Passage) -> str:
     return f'"{passage.title}"\n{passage.text}'
 
 
-class HFEncoder:
+class EncoderSpec:
+    """What an index records of a Hugging Face encoder folder (name, dim, prefixes, max_length), read from
+    its config.json without loading tokenizer or weights: all a build from precomputed embeddings needs."""
+
+    def __init__(self, name: str, *, prefixes: bool | None = None, max_length: int | None = None):
+        self.name = name
+        self.folder = resolve_encoder(name)
+        self.prefixes = (name != EMBEDDED_ENCODER) if prefixes is None else prefixes
+        self.dim, limit = _config_sizes(self.folder)
+        self.max_length = min(max_length or (256 if name == EMBEDDED_ENCODER else 512), limit)
+
+
+def _config_sizes(folder: Path) -> tuple[int, int]:
+    """(hidden size, max positions) of an encoder folder. BERT-like configs name both in config.json, read
+    as JSON (no torch import); others (DistilBERT's `dim`, ...) go through transformers' AutoConfig."""
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        if "hidden_size" in config and "max_position_embeddings" in config:
+            return int(config["hidden_size"]), int(config["max_position_embeddings"])
+        from transformers import AutoConfig
+
+        auto = AutoConfig.from_pretrained(folder)
+        return int(auto.hidden_size), int(getattr(auto, "max_position_embeddings", 512))
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise _load_error(folder, exc) from None
+
+
+def _load_error(folder: Path, exc: Exception) -> ModelError:
+    return ModelError(f"cannot load an encoder from {folder}: {str(exc).splitlines()[0]}",
+                      fix="pass 'minilm' or a Hugging Face encoder folder (config.json, tokenizer, weights)")
+
+
+class HFEncoder(EncoderSpec):
     """A transformers AutoModel with mean pooling; batches are sorted by length to cut padding on CPU."""
 
     def __init__(self, name: str, *, prefixes: bool | None = None, batch_size: int = 64,
@@ -54,19 +88,12 @@ class HFEncoder:
 
         transformers.utils.logging.disable_progress_bar()  # stderr carries our own progress bars
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.name = name
-        self.folder = resolve_encoder(name)
-        self.prefixes = (name != EMBEDDED_ENCODER) if prefixes is None else prefixes
+        super().__init__(name, prefixes=prefixes, max_length=max_length)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
             self.model = AutoModel.from_pretrained(self.folder, dtype=torch.float32).to(device).eval()
         except (OSError, ValueError) as exc:
-            raise ModelError(f"cannot load an encoder from {self.folder}: {str(exc).splitlines()[0]}",
-                             fix="pass 'minilm' or a Hugging Face encoder folder (config.json, tokenizer, "
-                                 "weights)") from None
-        self.dim = int(self.model.config.hidden_size)
-        limit = getattr(self.model.config, "max_position_embeddings", 512)
-        self.max_length = min(max_length or (256 if name == EMBEDDED_ENCODER else 512), limit)
+            raise _load_error(self.folder, exc) from None
         self.batch_size = batch_size
         self.device = device
 
