@@ -406,19 +406,63 @@ def make_constraints(roles: set[str] | frozenset[str], tokenizer, *, vocab_size:
 # The same formats as regular expressions, for backends with their own guided decoding (vLLM) and for checks
 
 
-def agent_regex(*, final: bool = False) -> str:
-    """The agent turn as a regex (text without tag characters), e.g. for vLLM's guided decoding."""
+# A regex bounds characters, not tokens. Bounded regexes allow CHARS_PER_TOKEN characters per token of the
+# ConstraintLimits budget (English BPE averages about 4); a backend that follows them must leave room for
+# REGEX_BYTES_PER_CHAR tokens per character (a byte-level tokenizer may spend one token per UTF-8 byte).
+CHARS_PER_TOKEN = 4
+REGEX_BYTES_PER_CHAR = 4
+
+
+def _free(chars: int | None, *, line: bool) -> str:
+    body = r"[^<>\n]" if line else r"[^<>]"
+    return body + ("+" if chars is None else f"{{1,{chars}}}")
+
+
+def _chars(limits: ConstraintLimits | None, part: str) -> int | None:
+    return None if limits is None else getattr(limits, part) * CHARS_PER_TOKEN
+
+
+def _space(bounded: bool) -> str:
+    return r"\s{0,2}" if bounded else r"\s*"
+
+
+def agent_regex(*, final: bool = False, limits: ConstraintLimits | None = None) -> str:
+    """The agent turn as a regex (text without tag characters), e.g. for vLLM's guided decoding.
+
+    Without `limits` the free text is unbounded (a shape check); with them each part is bounded to
+    CHARS_PER_TOKEN characters per token of its budget, so a guided decoder has to close every tag.
+    """
     e = re.escape
-    text, line = r"[^<>]+", r"[^<>\n]+"
-    search = f"{e(formats.SEARCH_OPEN)}{line}{e(formats.SEARCH_CLOSE)}"
-    answer = f"{e(formats.ANSWER_OPEN)}{line}{e(formats.ANSWER_CLOSE)}"
+    think = _free(_chars(limits, "max_think"), line=False)
+    query = _free(_chars(limits, "max_query"), line=True)
+    short = _free(_chars(limits, "max_answer"), line=True)
+    search = f"{e(formats.SEARCH_OPEN)}{query}{e(formats.SEARCH_CLOSE)}"
+    answer = f"{e(formats.ANSWER_OPEN)}{short}{e(formats.ANSWER_CLOSE)}"
     action = answer if final else f"(?:{search}|{answer})"
-    return f"{e(formats.THINK_OPEN)}{text}{e(formats.THINK_CLOSE)}\\s*{action}"
+    return f"{e(formats.THINK_OPEN)}{think}{e(formats.THINK_CLOSE)}{_space(limits is not None)}{action}"
 
 
-def ranker_regex(k: int) -> str:
-    """The ranker output with k ids (range and distinctness are checked after parsing)."""
+def ranker_regex(k: int, limits: ConstraintLimits | None = None, n: int | None = None) -> str:
+    """The ranker output with k ids (range and distinctness are checked after parsing); `limits` bounds the
+    reason as in agent_regex, `n` the digits of an id."""
     e = re.escape
-    ids = r"\[\d+\]" + r"(?: > \[\d+\])" * (k - 1)
-    return (f"{e(formats.REASON_OPEN)}[^<>]+{e(formats.REASON_CLOSE)}\\s*"
+    digit = r"\d+" if n is None else rf"\d{{1,{len(str(n))}}}"
+    ids = rf"\[{digit}\]" + rf"(?: > \[{digit}\])" * (k - 1)
+    reason = _free(_chars(limits, "max_reason"), line=False)
+    return (f"{e(formats.REASON_OPEN)}{reason}{e(formats.REASON_CLOSE)}{_space(limits is not None)}"
             f"{e(formats.RANKING_OPEN)} ?{ids} ?{e(formats.RANKING_CLOSE)}")
+
+
+def regex_for(constraint) -> tuple[str, int] | None:
+    """The bounded regex equivalent to an agent or ranker constraint, and the most tokens a match can take."""
+    limits = constraint.limits
+    if isinstance(constraint, AgentConstraint):
+        tags = max(len(formats.SEARCH_OPEN + formats.SEARCH_CLOSE), len(formats.ANSWER_OPEN + formats.ANSWER_CLOSE))
+        chars = (len(formats.THINK_OPEN + formats.THINK_CLOSE) + 2 + tags
+                 + CHARS_PER_TOKEN * (limits.max_think + max(limits.max_query, limits.max_answer)))
+        return agent_regex(final=constraint.final, limits=limits), chars * REGEX_BYTES_PER_CHAR
+    if isinstance(constraint, RankerConstraint):
+        chars = (len(formats.REASON_OPEN + formats.REASON_CLOSE + formats.RANKING_OPEN + formats.RANKING_CLOSE)
+                 + 4 + CHARS_PER_TOKEN * limits.max_reason + constraint.k * (len(str(constraint.n)) + 5))
+        return ranker_regex(constraint.k, limits, constraint.n), chars * REGEX_BYTES_PER_CHAR
+    return None

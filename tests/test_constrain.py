@@ -9,7 +9,7 @@ import torch
 
 from cosearch_cli import formats
 from cosearch_cli.constrain import (AgentConstraint, ConstraintLimits, RankerConstraint, TokenClasses,
-                                    agent_regex, make_constraints, parse_roles, ranker_regex)
+                                    agent_regex, make_constraints, parse_roles, ranker_regex, regex_for)
 from cosearch_cli.errors import ConfigError
 from cosearch_cli.generation.base import GenerationRequest, SamplingSettings
 from cosearch_cli.generation.hf import HFBackend
@@ -234,3 +234,28 @@ def test_make_constraints_per_role(tiny_lm):
     assert c.allowed([]).shape == (len(tokenizer) + 64,)  # sized to the model's padded logits
     both = make_constraints({"agent", "ranker"}, tokenizer)
     assert both.agent(final=True).final and not both.agent().final
+
+
+def test_bounded_regexes_for_guided_decoders_close_every_part(classes):
+    """vLLM gets these: unbounded free text let SmolLM2 reason until max_tokens and never act."""
+    limits = ConstraintLimits(max_think=5, max_query=3, max_answer=2, max_reason=4)  # 20 / 12 / 8 / 16 chars
+    agent, longest = regex_for(AgentConstraint(classes, limits=limits))
+    assert re.fullmatch(agent, "<think>" + "a" * 20 + "</think>\n<search>" + "q" * 12 + "</search>")
+    assert not re.fullmatch(agent, "<think>" + "a" * 21 + "</think>\n<search>q</search>")
+    assert not re.fullmatch(agent, "<think>a</think>\n<search>" + "q" * 13 + "</search>")
+    assert not re.fullmatch(agent, "<think>a</think>\n<answer>" + "q" * 9 + "</answer>")
+    assert not re.fullmatch(agent, "<think>a</think>\n\n\n<answer>q</answer>")
+    # <think></think> 15 chars + 2 spaces + the longer action's tags 17 + 4 x (5 + 3) = 66 chars, 4 bytes each
+    assert longest == 66 * 4
+    final, _ = regex_for(AgentConstraint(classes, final=True, limits=limits))
+    assert not re.fullmatch(final, "<think>a</think>\n<search>q</search>")
+    assert re.fullmatch(final, "<think>a</think> <answer>Paris</answer>")
+
+    ranker, longest = regex_for(RankerConstraint(classes, n=12, k=3, limits=limits))
+    assert re.fullmatch(ranker, "<reason>" + "r" * 16 + "</reason>\n<ranking> [12] > [1] > [3] </ranking>")
+    assert not re.fullmatch(ranker, "<reason>" + "r" * 17 + "</reason>\n<ranking> [12] > [1] > [3] </ranking>")
+    assert not re.fullmatch(ranker, "<reason>r</reason>\n<ranking> [123] > [1] > [3] </ranking>")
+    assert not re.fullmatch(ranker, "<reason>r</reason>\n<ranking> [1] > [3] </ranking>")
+    # tags 8 + 9 + 9 + 10 = 36, 4 spaces, reason 16, 3 ids of up to 2 digits with "[", "]" and " > " = 3 x 7
+    assert longest == (36 + 4 + 16 + 21) * 4
+    assert regex_for(object.__new__(type("Other", (), {"limits": limits}))) is None

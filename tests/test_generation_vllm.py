@@ -49,6 +49,7 @@ def test_seeded_sampling_repeats(backends):
 def test_constraints_through_structured_outputs_give_parseable_actions(backends):
     """The agent and ranker constraints reach vLLM as regex structured outputs: every sampled turn and ranking
     parses, and the recorded log-probs are still the model's own (unconstrained) ones, as the hf backend's."""
+    from cosearch_cli import formats
     from cosearch_cli import ranker as ranking
     from cosearch_cli.agent import parse_turn, prompt_ids
     from cosearch_cli.constrain import make_constraints
@@ -62,19 +63,22 @@ def test_constraints_through_structured_outputs_give_parseable_actions(backends)
     agent = [GenerationRequest(prompt_ids(tokenizer, q, 2), constraint=made.agent(final=final), seed=s)
              for q in questions for final in (False, True) for s in range(2)]
     settings = SamplingSettings(max_new_tokens=160, temperature=1.0, seed=3)
-    for request, gen in zip(agent, vllm_backend.generate(agent, settings)):
+    agent_gens = vllm_backend.generate(agent, settings)
+    for request, gen in zip(agent, agent_gens):
         turn = parse_turn(gen.text)
         assert turn.error is None and turn.action in (("answer",) if request.constraint.final else ("search", "answer"))
     passages = [Passage(f"p{i}", f"Title {i}", f"Some passage text number {i}.") for i in range(5)]
     ranker = [GenerationRequest(ranking.prompt_ids(tokenizer, q, q, passages, 3, 16), constraint=made.ranker(n=5, k=3),
                                 seed=s) for q in questions for s in range(2)]
-    gens = vllm_backend.generate(ranker, settings)
+    gens = vllm_backend.generate(ranker, SamplingSettings(max_new_tokens=160, temperature=1.0, seed=3,
+                                                          stop=formats.RANKER_STOPS))  # as the rollout asks
     for gen in gens:
         # the regex fixes the shape; ids out of range or repeated are what strict parsing still rejects
         assert ranking.RANKING_OPEN in gen.text and gen.text.rstrip().endswith(ranking.RANKING_CLOSE)
     import torch
 
-    for request, gen in zip(ranker, gens):
+    # vLLM's own log-probs come after the regex mask (a forced tag token gets 0.0); the backend rescores them
+    for request, gen in zip(agent + ranker, agent_gens + gens):
         with torch.no_grad():
             logits = hf_backend.model(torch.tensor([request.prompt_ids + gen.token_ids])).logits[0]
         expected = torch.log_softmax(logits[len(request.prompt_ids) - 1:-1].float(), -1)

