@@ -64,7 +64,8 @@ bench-retrieval:
 # Learning evidence (issue 7): the three presets at the same budget from the warm-up checkpoint that
 # bench-valid-actions saves, evaluated on dev questions never trained on. About 1.5 h on this 2-core machine.
 learning-evidence:
-    test -d runs/warmup-smollm2 || .venv/bin/python bench/valid_actions.py --per-dataset 15 --n 4 --warmup-per-dataset 8 --epochs 2 --index indexes/dev-bm25 --settings warmup+constrained --out /tmp/valid_actions.json --save-warmup runs/warmup-smollm2
+    test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
+    test -d runs/warmup-smollm2 || OMP_NUM_THREADS=1 .venv/bin/python bench/valid_actions.py --per-dataset 15 --n 4 --warmup-per-dataset 8 --epochs 2 --index indexes/dev-bm25 --settings warmup --out /tmp/valid_actions.json --save-warmup runs/warmup-smollm2 --threads 1
     .venv/bin/python bench/learning_split.py --out runs/learning
     for preset in search-r1 fixed-ranker cosearch; do OMP_NUM_THREADS=1 .venv/bin/cosearch train --preset $preset --config bench/learning.toml --name learn-$preset; done
     .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --png bench/results/learning_curves.png
