@@ -66,9 +66,11 @@ bench-retrieval:
 learning-evidence:
     test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
     test -d runs/warmup-smollm2 || OMP_NUM_THREADS=1 .venv/bin/python bench/valid_actions.py --per-dataset 15 --n 4 --warmup-per-dataset 8 --epochs 2 --index indexes/dev-bm25 --settings warmup --out /tmp/valid_actions.json --save-warmup runs/warmup-smollm2 --threads 1
-    .venv/bin/python bench/learning_split.py --out runs/learning
+    .venv/bin/python bench/learning_split.py --out runs/learning --subset bench/learning_overfit_ids.txt
     for preset in search-r1 fixed-ranker cosearch; do OMP_NUM_THREADS=1 .venv/bin/cosearch train --preset $preset --config bench/learning.toml --name learn-$preset; done
     .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --png bench/results/learning_curves.png
+    OMP_NUM_THREADS=1 .venv/bin/cosearch train --preset search-r1 --config bench/learning_overfit.toml --name learn-overfit
+    .venv/bin/python bench/learning_evidence.py --runs runs/learn-overfit --png bench/results/learning_overfit.png --title "fixed-set check: 8 training questions every iteration (SmolLM2-135M, search-r1 preset, lr 1e-5)"
 
 # Valid actions of the embedded model: free vs constrained vs warm-up vs both (issue 8), on ../shared/data dev.
 bench-valid-actions per_dataset="15" n="4":

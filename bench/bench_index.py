@@ -146,6 +146,7 @@ def alternate(*fns, repeats: int) -> tuple[float, ...]:
 
 def bench_bm25(passages, queries, work: Path, repeats: int) -> list[tuple]:
     import bm25s
+    import numpy as np
 
     from cosearch_cli.index import build_index, open_index
     from cosearch_cli.index import bm25 as ours_bm25
@@ -161,27 +162,57 @@ def bench_bm25(passages, queries, work: Path, repeats: int) -> list[tuple]:
         model.index(tokens, show_progress=False)
         model.save(str(work / "bare-bm25"), show_progress=False)
 
-    build = alternate(ours_build, bare_build, repeats=repeats)
+    def bare_build_and_store():  # like for like: ours also writes the doc store and row -> id table
+        write_plain_store(passages, work)
+        bare_build()
+
+    ours_build(), bare_build_and_store()  # warm-up, untimed: first imports and first file creation
+    build = alternate(ours_build, bare_build, bare_build_and_store, repeats=repeats)
     retriever = open_index(work / "ours-bm25").retriever("bm25")
     model = bm25s.BM25.load(str(work / "bare-bm25"), show_progress=False)
     stem = ours_bm25._stemmer(ours_bm25.STEMMER)
+    row_ids = np.load(work / "bare-ids.npy")
 
     def bare_search():
         tokens = bm25s.tokenize(queries, stopwords=ours_bm25.STOPWORDS, stemmer=stem, return_ids=False,
                                 show_progress=False)
-        model.retrieve(tokens, k=50, show_progress=False)
+        return model.retrieve(tokens, k=50, show_progress=False)
 
-    search = alternate(lambda: retriever.search(queries, 50), bare_search, repeats=repeats)
-    return [("BM25 build (passages/s)", len(passages) / build[0], len(passages) / build[1]),
-            ("BM25 search k=50, one batch (queries/s)", len(queries) / search[0], len(queries) / search[1])]
+    def bare_search_ids():  # like for like: ours returns passage ids, not row numbers
+        rows, scores = bare_search()
+        return [[(i.decode(), s) for i, s in zip(row_ids[r].tolist(), sc.tolist()) if s > 0]
+                for r, sc in zip(rows, scores)]
+
+    retriever.search(queries[:100], 50), bare_search_ids()  # warm-up
+    search = alternate(lambda: retriever.search(queries, 50), bare_search, bare_search_ids, repeats=repeats)
+    n, q = len(passages), len(queries)
+    return [("BM25 build; bare = bm25s tokenize + index + save only (passages/s)", n / build[0], n / build[1]),
+            ("BM25 build; bare = the same + JSONL/npy doc store (passages/s)", n / build[0], n / build[2]),
+            ("BM25 search k=50, one batch; bare = bm25s retrieve, rows only (queries/s)", q / search[0],
+             q / search[1]),
+            ("BM25 search k=50, one batch; bare = the same + row -> id (queries/s)", q / search[0], q / search[2])]
+
+
+def write_plain_store(passages, work: Path) -> None:
+    """What a user would write to get passages back by index row: JSONL, byte offsets, row -> id."""
+    import numpy as np
+    import orjson
+
+    offsets, ids = [0], []
+    with open(work / "bare-passages.jsonl", "wb") as handle:
+        for p in passages:
+            line = orjson.dumps({"id": p.id, "title": p.title, "text": p.text}) + b"\n"
+            handle.write(line)
+            offsets.append(offsets[-1] + len(line))
+            ids.append(p.id)
+    np.save(work / "bare-offsets.npy", np.array(offsets, dtype=np.uint64))
+    np.save(work / "bare-ids.npy", np.array(ids, dtype=bytes))
 
 
 def bench_dense_build_cached(passages, vectors, work: Path, repeats: int) -> list[tuple]:
     """Flat dense build from vectors already computed: ours vs FAISS alone, and vs FAISS plus a plain doc store
     (the folder ours writes also holds the passages, so the second bare is the like-for-like one)."""
     import faiss
-    import numpy as np
-    import orjson
 
     from cosearch_cli.index import build_index
 
@@ -194,16 +225,7 @@ def bench_dense_build_cached(passages, vectors, work: Path, repeats: int) -> lis
         faiss.write_index(index, str(work / "bare.faiss"))
 
     def bare_faiss_and_store():
-        # what a user would write to get passages back by FAISS row: JSONL, byte offsets, row -> id
-        offsets, ids = [0], []
-        with open(work / "bare-passages.jsonl", "wb") as handle:
-            for p in passages:
-                line = orjson.dumps({"id": p.id, "title": p.title, "text": p.text}) + b"\n"
-                handle.write(line)
-                offsets.append(offsets[-1] + len(line))
-                ids.append(p.id)
-        np.save(work / "bare-offsets.npy", np.array(offsets, dtype=np.uint64))
-        np.save(work / "bare-ids.npy", np.array(ids, dtype=bytes))
+        write_plain_store(passages, work)
         bare_faiss()
 
     ours(), bare_faiss_and_store()  # warm-up, untimed: first imports and first file creation

@@ -42,9 +42,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="+", required=True, help="run folders (each with metrics.parquet)")
     ap.add_argument("--png", required=True, help="where to draw the curves of all runs")
+    ap.add_argument("--title", default="search-r1 vs fixed-ranker vs cosearch (SmolLM2-135M, equal budget)")
     args = ap.parse_args()
     runs = {Path(r).name: load(Path(r)) for r in args.runs}
-    compare_curves(runs, args.png, title="search-r1 vs fixed-ranker vs cosearch (SmolLM2-135M, equal budget)")
+    compare_curves(runs, args.png, title=args.title)
     for name, rows in runs.items():
         total = sum(sum((r.get("seconds") or {}).values()) for r in rows if isinstance(r.get("seconds"), dict))
         print(f"### {name} ({total / 60:.1f} min of steps)\n\n{table(rows)}\n")

@@ -7,6 +7,9 @@ questions of each file in that order, plus the first `--train-extra-per-file` qu
 searching and answering under retrieval misses, as in the paper's training mix).
 
     .venv/bin/python bench/learning_split.py --out runs/learning
+
+`--subset FILE` (one training-question id per line) also writes `subset.jsonl`: those training questions only,
+for the fixed-set check that GRPO raises the reward on the questions it trains on (learning_overfit.toml).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def main() -> None:
     ap.add_argument("--train-dev-per-dataset", type=int, default=30)
     ap.add_argument("--train-extra-per-file", type=int, default=30)
     ap.add_argument("--out", default="runs/learning")
+    ap.add_argument("--subset", help="file of training-question ids (one per line) to write as subset.jsonl")
     args = ap.parse_args()
     evaluation, train = [], []
     for path in sorted((DATA / "dev").glob("*.jsonl")):
@@ -44,7 +48,14 @@ def main() -> None:
     assert not leaked, f"training questions overlap the evaluation set: {leaked[:5]}"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("eval.jsonl", evaluation), ("train.jsonl", train)):
+    files = [("eval.jsonl", evaluation), ("train.jsonl", train)]
+    if args.subset:
+        wanted = [line.split("#")[0].strip() for line in Path(args.subset).read_text().splitlines()]
+        by_id = {q["id"]: q for q in train}
+        missing = [i for i in wanted if i and i not in by_id]
+        assert not missing, f"not training questions: {missing}"
+        files.append(("subset.jsonl", [by_id[i] for i in wanted if i]))
+    for name, rows in files:
         (out / name).write_bytes(b"".join(orjson.dumps(q) + b"\n" for q in rows))
         print(f"{out / name}: {len(rows)} questions")
 
