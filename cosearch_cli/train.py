@@ -21,6 +21,7 @@ Layout of a run folder:
 from __future__ import annotations
 
 import random
+import shutil
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
@@ -104,6 +105,9 @@ class TrainConfig:
     """Evaluate the untrained models first."""
     seed: int = 0
     """Seed of question order, sampling and updates."""
+    keep_checkpoints: int = 1
+    """Checkpoints kept per role, newest first (0: every iteration's). An older one is deleted once a later
+    iteration has finished; a SmolLM2 checkpoint with its AdamW state is ~1.6 GB."""
 
     def check(self) -> "TrainConfig":
         problems = []
@@ -131,6 +135,8 @@ class TrainConfig:
             problems.append(("lr/kl_coef/temperature", "lr and temperature must be > 0, kl_coef >= 0"))
         if self.eval_every < 0 or self.eval_limit < 0:
             problems.append(("eval_every/eval_limit", "must be >= 0"))
+        if self.keep_checkpoints < 0:
+            problems.append(("keep_checkpoints", f"must be >= 0 (0 keeps all), got {self.keep_checkpoints}"))
         if self.group_preset not in grouping.PRESETS:
             problems.append(("group_preset", f"must be one of {', '.join(grouping.PRESETS)}"))
         if self.reward_preset not in rewards.PRESETS:
@@ -283,6 +289,18 @@ def current_models(paths: RunPaths, config: TrainConfig, upto: int) -> Models:
         if (folder / "ranker" / "config.json").is_file():
             models.ranker = str(folder / "ranker")
     return models
+
+
+def prune_checkpoints(paths: RunPaths, keep: int, *, upto: int, log: Log = lambda message: None) -> None:
+    """Delete all but the newest `keep` checkpoints per role among iterations before `upto` (all finished).
+    The newest is what current_models resumes from, so a run killed later still continues."""
+    if keep == 0:
+        return
+    for role in ("agent", "ranker"):
+        found = [paths.iteration(i) / role for i in range(upto) if (paths.iteration(i) / role / "config.json").is_file()]
+        for folder in found[:-keep]:
+            log(f"deleting the older {role} checkpoint {folder} (keep_checkpoints = {keep})")
+            shutil.rmtree(folder)
 
 
 @dataclass
@@ -497,6 +515,7 @@ class Runner:
             write_json_atomic(self.paths.root / "eval-init" / "metrics.json", _eval_row(-1, init))
         for i in range(c.iterations):
             self.iteration(i, train_questions, dev)
+            prune_checkpoints(self.paths, c.keep_checkpoints, upto=i + 1, log=self.log)
         self.write_metrics_log()
         return self.paths.root
 

@@ -149,3 +149,29 @@ def test_eval_questions_cover_every_dataset_first():
     questions = [Question(f"{d}{i}", "?", ["a"], dataset=d) for d in ("nq", "hotpotqa", "musique") for i in range(3)]
     assert [q.id for q in eval_questions(questions, 4)] == ["nq0", "hotpotqa0", "musique0", "nq1"]
     assert eval_questions(questions, 0) == questions
+
+
+def test_older_checkpoints_are_deleted_and_the_newest_kept(tmp_path, tiny_model_dir):
+    from cosearch_cli import train as training
+
+    cfg = _config(tmp_path, tiny_model_dir, iterations=5)
+    paths = training.RunPaths(Path(cfg.out) / cfg.name)
+    # agent trained in iterations 0, 1, 3 (2 skipped), ranker in 0 and 2; iteration 4 has not finished
+    for i, role in ((0, "agent"), (1, "agent"), (3, "agent"), (0, "ranker"), (2, "ranker"), (4, "agent")):
+        folder = paths.iteration(i) / role
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"w")
+    (paths.iteration(2) / "scored.jsonl").write_text("kept\n")
+
+    training.prune_checkpoints(paths, 0, upto=4)
+    assert len(list(paths.root.glob("iter-*/*/config.json"))) == 6
+    training.prune_checkpoints(paths, 1, upto=4)
+    left = sorted(str(p.parent.relative_to(paths.root)) for p in paths.root.glob("iter-*/*/config.json"))
+    assert left == ["iter-0002/ranker", "iter-0003/agent", "iter-0004/agent"]
+    assert (paths.iteration(2) / "scored.jsonl").read_text() == "kept\n"
+    # a run resumed at iteration 4 starts from exactly what was kept
+    models = training.current_models(paths, cfg, 4)
+    assert (models.agent, models.ranker) == (str(paths.iteration(3) / "agent"), str(paths.iteration(2) / "ranker"))
+    with pytest.raises(ConfigError, match="keep_checkpoints"):
+        _config(tmp_path / "c", tiny_model_dir, keep_checkpoints=-1)
