@@ -282,13 +282,16 @@ class Models:
 def current_models(paths: RunPaths, config: TrainConfig, upto: int) -> Models:
     """The newest checkpoints written by iterations before `upto` (or the initial models)."""
     models = Models(config.agent, config.ranker_model if config.ranker == "llm" else None)
-    for i in range(upto):
-        folder = paths.iteration(i)
-        if (folder / "agent" / "config.json").is_file():
-            models.agent = str(folder / "agent")
-        if (folder / "ranker" / "config.json").is_file():
-            models.ranker = str(folder / "ranker")
+    if agent := checkpoints(paths, "agent", upto):
+        models.agent = str(agent[-1])
+    if ranker := checkpoints(paths, "ranker", upto):
+        models.ranker = str(ranker[-1])
     return models
+
+
+def checkpoints(paths: RunPaths, role: str, upto: int) -> list[Path]:
+    """The role's checkpoint folders written by iterations before `upto`, oldest first."""
+    return [paths.iteration(i) / role for i in range(upto) if (paths.iteration(i) / role / "config.json").is_file()]
 
 
 def prune_checkpoints(paths: RunPaths, keep: int, *, upto: int, log: Log = lambda message: None) -> None:
@@ -297,8 +300,7 @@ def prune_checkpoints(paths: RunPaths, keep: int, *, upto: int, log: Log = lambd
     if keep == 0:
         return
     for role in ("agent", "ranker"):
-        found = [paths.iteration(i) / role for i in range(upto) if (paths.iteration(i) / role / "config.json").is_file()]
-        for folder in found[:-keep]:
+        for folder in checkpoints(paths, role, upto)[:-keep]:
             log(f"deleting the older {role} checkpoint {folder} (keep_checkpoints = {keep})")
             shutil.rmtree(folder)
 
