@@ -405,7 +405,7 @@ def main() -> None:
     lines = ["# Index build and search speed: cosearch vs the bare libraries", "",
              f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`  ",
              f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {platform.machine()}, "
-             f"{os.cpu_count()} cores, 24 GiB, no GPU, shared with other jobs (noisy); medians of "
+             f"{os.cpu_count()} cores, 24 GiB, no GPU (the load average below says how busy it was); medians of "
              f"{args.repeats} alternating runs.  ",
              f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, nice {os.nice(0)}, load average "
              f"(1/5/15 min) at start: {' / '.join(f'{x:.2f}' for x in os.getloadavg())}.  ",

@@ -92,6 +92,25 @@ def test_fixture_index_finds_passages_and_doc_store_reads_them(tmp_path, fixture
         index.docs.get(["no-such-id"])
 
 
+def test_search_pauses_the_collector_inside_and_restores_its_state(tmp_path):
+    import gc
+
+    build_index(word_passages(), tmp_path / "ix")
+    retriever = open_index(tmp_path / "ix").retriever("bm25")
+    seen = []
+    retrieve = retriever.model.retrieve
+    retriever.model.retrieve = lambda *a, **kw: (seen.append(gc.isenabled()), retrieve(*a, **kw))[1]
+    try:
+        assert gc.isenabled()
+        hits = retriever.search(["apple banana"], k=3)
+        assert seen == [False] and gc.isenabled() and len(hits[0]) == 3
+        gc.disable()  # a caller that paused it itself keeps it paused
+        retriever.search(["apple"], k=3)
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_rebuild_gives_identical_files_and_failed_build_leaves_nothing(tmp_path):
     passages = word_passages()
     build_index(passages, tmp_path / "one")

@@ -14,8 +14,9 @@ from cosearch_cli import advantages, grouping, rewards
 from cosearch_cli.artifacts import dumps, make_manifest
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import Inputs, Output, Quiet, stderr
-from cosearch_cli.cli.group import Summary, iter_records, paused_gc, read_records, write_outputs
+from cosearch_cli.cli.group import Summary, iter_records, read_records, write_outputs
 from cosearch_cli.errors import ConfigError, NothingToDo
+from cosearch_cli.gcpause import paused_gc
 
 STREAM_CHUNK = 64  # questions scored together when records stream (scale group/none)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cosearch_cli.gcpause import paused_gc
 from cosearch_cli.index.docstore import RowIds
 from cosearch_cli.records import Hit, Passage
 
@@ -47,13 +48,14 @@ def build_bm25(passages: Iterable[Passage], folder: Path, *, k1: float = K1, b: 
     tokenizer = Tokenizer(stopwords=stopwords or [], stemmer=_stemmer(stemmer))
     ids: list[list[int]] = []
     buffer: list[str] = []
-    for passage in passages:
-        buffer.append(document_text(passage, title_weight))
-        if len(buffer) == _CHUNK:
+    with paused_gc():  # one token-id list per passage, all acyclic
+        for passage in passages:
+            buffer.append(document_text(passage, title_weight))
+            if len(buffer) == _CHUNK:
+                ids.extend(tokenizer.tokenize(buffer, update_vocab=True, return_as="ids", show_progress=False))
+                buffer = []
+        if buffer:
             ids.extend(tokenizer.tokenize(buffer, update_vocab=True, return_as="ids", show_progress=False))
-            buffer = []
-    if buffer:
-        ids.extend(tokenizer.tokenize(buffer, update_vocab=True, return_as="ids", show_progress=False))
     model = bm25s.BM25(k1=k1, b=b, method=method)
     model.index(bm25s.tokenization.Tokenized(ids=ids, vocab=tokenizer.get_vocab_dict()), show_progress=False)
     folder.mkdir(parents=True, exist_ok=True)
@@ -87,9 +89,10 @@ class BM25Retriever:
         if not queries:
             return []
         k = min(k, self.n_docs)
-        tokens = tokenize_queries(queries, self.stemmer, self.stopwords)
-        rows, scores = self.model.retrieve(tokens, k=k, show_progress=False)
-        return [_hits(r, s, self.row_ids) for r, s in zip(rows, scores)]
+        with paused_gc():  # k hits a query, all acyclic (gcpause.py gives the measured cost)
+            tokens = tokenize_queries(queries, self.stemmer, self.stopwords)
+            rows, scores = self.model.retrieve(tokens, k=k, show_progress=False)
+            return [_hits(r, s, self.row_ids) for r, s in zip(rows, scores)]
 
 
 def _hits(rows: np.ndarray, scores: np.ndarray, row_ids: RowIds) -> list[Hit]:

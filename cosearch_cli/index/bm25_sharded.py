@@ -36,6 +36,7 @@ import numpy as np
 import orjson
 
 from cosearch_cli.errors import ConfigError, IndexError_
+from cosearch_cli.gcpause import paused_gc
 from cosearch_cli.index.bm25 import B, K1, STEMMER, STOPWORDS, TITLE_WEIGHT, document_text
 from cosearch_cli.index.docstore import RowIds
 from cosearch_cli.records import Hit, Passage
@@ -354,7 +355,8 @@ class ShardedBM25Retriever:
             for terms, parts in zip(query_terms, found):
                 if terms:
                     parts.append(shard.top(terms, k))
-        return [self._merge(parts, k) for parts in found]
+        with paused_gc():  # k hits a query, all acyclic (gcpause.py)
+            return [self._merge(parts, k) for parts in found]
 
     def _merge(self, parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> list[Hit]:
         if not parts:

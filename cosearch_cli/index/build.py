@@ -22,6 +22,7 @@ import orjson
 
 from cosearch_cli.artifacts import make_manifest, write_json_atomic
 from cosearch_cli.errors import ConfigError, IndexError_, InputError, OutputExists
+from cosearch_cli.gcpause import paused_gc
 from cosearch_cli.index import bm25 as bm25_mod
 from cosearch_cli.index import bm25_sharded
 from cosearch_cli.index import dense as dense_mod
@@ -282,8 +283,9 @@ class DenseRetriever:
         from cosearch_cli.records import Hit
 
         scores, rows = self.index.search(vectors, min(k, len(self.row_ids)))
-        return [[Hit(id=i, score=s) for i, s in zip(self.row_ids.take(rr[rr >= 0]), ss[rr >= 0].tolist())]
-                for rr, ss in zip(rows, scores)]
+        with paused_gc():  # k hits a query, all acyclic (gcpause.py)
+            return [[Hit(id=i, score=s) for i, s in zip(self.row_ids.take(rr[rr >= 0]), ss[rr >= 0].tolist())]
+                    for rr, ss in zip(rows, scores)]
 
 
 def open_index(folder: str | Path) -> Index:
