@@ -11,6 +11,11 @@ Each mode runs in its own process (so peak RSS is its own), both at the same tim
 machine slows them alike; tokens per CPU second are reported beside tokens per wall second.
 
     .venv/bin/python bench/bench_rollout.py --questions 4 --n 4            # both modes, Markdown to stdout
+
+After the table it prints where the batched run's model time went (prompt tokens encoded, decode steps and
+their mean batch) and a ceiling: the same prompt tokens at the model's best prefill rate plus the same
+generated tokens at the per-token cost of a full batch-64 decode step, i.e. the speed no scheduling of this
+work could beat on this machine with exact fp32 compute.
 """
 
 from __future__ import annotations
@@ -89,8 +94,41 @@ def run_mode_index(folder: str) -> None:
     build_index(Corpus(str(ROOT / "fixtures" / "corpus.jsonl")), folder, bm25=True)
 
 
+def model_rates(model, context: int = 400, batch: int = 64, steps: int = 8) -> dict:
+    """The model's best rates on this machine: prefill tokens/s (4 x 512 tokens, no padding) and seconds per
+    one-token decode step at batch 1 and at `batch` rows with `context` tokens of context each."""
+    import torch
+
+    from cosearch_cli.generation.kvcache import new_cache, row_kv, seeded_cache
+
+    import inspect
+
+    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    torch.manual_seed(0)
+    ids = torch.randint(100, 40_000, (4, 512))
+    with torch.inference_mode():
+        model(input_ids=ids[:1, :64], logits_to_keep=1)  # warm-up
+        started = time.perf_counter()
+        model(input_ids=ids, logits_to_keep=1, use_cache=True, **{kw: new_cache(model)})
+        prefill = ids.numel() / (time.perf_counter() - started)
+        cache = new_cache(model)
+        model(input_ids=ids[:1, :context], use_cache=True, logits_to_keep=1, **{kw: cache})
+        kv = row_kv(cache, 0, torch.ones(context, dtype=torch.bool))
+        step = {}
+        for rows in (1, batch):
+            cache = seeded_cache(model, [kv] * rows, [context] * rows, context)
+            token = torch.full((rows, 1), 1000)
+            started = time.perf_counter()
+            for i in range(steps):
+                model(input_ids=token, attention_mask=torch.ones(rows, context + i + 1, dtype=torch.long),
+                      position_ids=torch.full((rows, 1), context + i), use_cache=True, **{kw: cache})
+            step[rows] = (time.perf_counter() - started) / steps
+    return {"prefill_tokens_per_s": prefill, "step_s_batch1": step[1], "step_s_batch": step[batch],
+            "rate_batch": batch, "rate_context": context}
+
+
 def run_mode(mode: str, args) -> dict:
-    from dataclasses import replace
+    from dataclasses import asdict, replace
 
     from cosearch_cli.generation.hf import HFBackend
     from cosearch_cli.index import open_index
@@ -120,12 +158,15 @@ def run_mode(mode: str, args) -> dict:
     cpu = _cpu_seconds() - cpu_before
     trajs = [t for r in records for t in r.trajectories]
     calls = [c for r in records for c in r.ranker_calls]
-    return {"mode": mode, "questions": count, "wall_s": wall, "cpu_s": cpu, "agent_s": stats.agent_seconds,
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # before model_rates' own batch
+    engine = {}
+    if mode == "batched":
+        engine = {**asdict(backend.counters), **model_rates(model)}
+    return {**engine, "peak_rss_gib": peak_rss, "mode": mode, "questions": count, "wall_s": wall, "cpu_s": cpu, "agent_s": stats.agent_seconds,
             "ranker_s": stats.ranker_seconds, "retrieval_s": stats.retrieval_seconds,
             "agent_tokens": stats.agent_tokens, "ranker_tokens": stats.ranker_tokens, "trajectories": len(trajs),
             "ranker_calls": len(calls), "format_ok": sum(t.format_ok for t in trajs),
-            "ranker_valid": sum(c.valid for c in calls), "searches": sum(t.n_searches for t in trajs),
-            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+            "ranker_valid": sum(c.valid for c in calls), "searches": sum(t.n_searches for t in trajs)}
 
 
 def _cpu_seconds() -> float:
@@ -191,6 +232,33 @@ def main() -> None:
     wall = (_tokens(batched) / batched["wall_s"]) / (_tokens(naive) / naive["wall_s"])
     cpu = (_tokens(batched) / batched["cpu_s"]) / (_tokens(naive) / naive["cpu_s"])
     print(f"\nspeed-up, batched / naive: {wall:.1f}x in generated tokens per wall second, {cpu:.1f}x per CPU second")
+    print(ceiling(batched, naive))
+
+
+def ceiling(batched: dict, naive: dict) -> str:
+    """How fast the batched run could be at best: its prompt tokens at the model's best prefill rate plus its
+    generated tokens at the best per-token cost of a full batch-`rate_batch` decode step (no step wasted on
+    stragglers, no padding, nothing else)."""
+    b = batched
+    prefill_s = b["encoded_tokens"] / b["prefill_tokens_per_s"]
+    decode_s = _tokens(b) * b["step_s_batch"] / b["rate_batch"]
+    best = _tokens(b) / (prefill_s + decode_s)
+    naive_rate = _tokens(naive) / naive["wall_s"]
+    run_decode = b["decode_rows"] / b["decode_seconds"] if b["decode_seconds"] else 0.0
+    return "\n".join([
+        "",
+        f"batched engine: {b['encoded_tokens']} prompt tokens encoded in {b['encode_seconds']:.1f} s "
+        f"({b['encoded_tokens'] / max(b['encode_seconds'], 1e-9):.0f} tokens/s); {b['decode_steps']} decode steps "
+        f"computing {b['decode_rows']} tokens in {b['decode_seconds']:.1f} s (mean batch "
+        f"{b['decode_rows'] / max(b['decode_steps'], 1):.1f}, {run_decode:.0f} tokens/s)",
+        f"model rates: prefill {b['prefill_tokens_per_s']:.0f} tokens/s (4 x 512, no padding); one decode step "
+        f"{b['step_s_batch1'] * 1000:.0f} ms at batch 1, {b['step_s_batch'] * 1000:.0f} ms at batch "
+        f"{b['rate_batch']} ({b['rate_context']} tokens of context)",
+        f"ceiling: the same prompt tokens at that prefill rate ({prefill_s:.1f} s) + the same generated tokens at "
+        f"full-batch-{b['rate_batch']} decode cost ({decode_s:.1f} s) = {best:.1f} tokens/s, "
+        f"{best / naive_rate:.1f}x the naive loop; measured {_tokens(b) / b['wall_s']:.1f} tokens/s "
+        f"= {(_tokens(b) / b['wall_s']) / best:.0%} of that ceiling",
+    ])
 
 
 if __name__ == "__main__":

@@ -79,6 +79,25 @@ def test_stop_string_ends_the_row_and_keeps_the_stopping_token(backend, tiny_lm)
     assert stopped.finish_reason == "stop"
 
 
+def test_counters_count_encoded_prompt_tokens_and_decoded_rows(tiny_lm):
+    model, tokenizer = tiny_lm
+    fresh = HFBackend(model, tokenizer, cache_bytes=0)  # no prefix reuse: every prompt token is encoded
+    prompt = _prompts(tokenizer)[0]
+    free = fresh.generate([GenerationRequest(prompt)], SamplingSettings(max_new_tokens=12, greedy=True))[0]
+    stop = tokenizer.decode(free.token_ids[3:5])
+    fresh.counters = type(fresh.counters)()
+    prompts = _prompts(tokenizer)
+    gens = fresh.generate([GenerationRequest(p) for p in prompts],
+                          SamplingSettings(max_new_tokens=12, greedy=True, stop=(stop,)))
+    assert gens[0].finish_reason == "stop" and len(gens[0].token_ids) < 12  # rows leave at different steps
+    counters = fresh.counters
+    assert counters.encoded_tokens == sum(len(p) for p in prompts)
+    # a row's first token comes from the prompt pass; every later one is one row of a one-token pass
+    assert counters.decode_rows == sum(len(g.token_ids) - 1 for g in gens)
+    assert counters.decode_steps == max(len(g.token_ids) for g in gens) - 1
+    assert counters.encode_seconds > 0 and counters.decode_seconds > 0
+
+
 def test_constraint_masks_sampling_but_not_recorded_logprobs(backend, tiny_lm, force_text):
     model, tokenizer = tiny_lm
     prompt = _prompts(tokenizer)[1]

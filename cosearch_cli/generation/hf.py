@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -43,6 +45,17 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
+@dataclass
+class EngineCounters:
+    """Where a backend's model time went (for the rollout benchmark's ceiling; costs two clock reads a call)."""
+
+    encoded_tokens: int = 0  # prompt tokens run through the model (padding not counted)
+    encode_seconds: float = 0.0
+    decode_steps: int = 0  # one-token forward passes
+    decode_rows: int = 0  # tokens those passes computed (sum of their batch sizes)
+    decode_seconds: float = 0.0
+
+
 class HFBackend:
     """GenerationBackend over a Hugging Face causal LM on one device."""
 
@@ -63,6 +76,7 @@ class HFBackend:
         self.prefix_cache = PrefixCache(cache_bytes) if cache_bytes > 0 else None
         self._weights_stamp: tuple | None = None
         self._used: set[tuple[int, ...]] = set()  # stored prefixes the current call started from
+        self.counters = EngineCounters()
 
     @classmethod
     def load(cls, name_or_path: str, **kwargs) -> "HFBackend":
@@ -170,9 +184,12 @@ class HFBackend:
         if self.prefix_cache is not None:
             self.prefix_cache.reused_tokens += sum(lengths)
         cache = seeded_cache(self.model, prefixes, lengths, stored) if stored else new_cache(self.model)
+        started = time.perf_counter()
         out = self.model(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
                          position_ids=positions.to(self.device), use_cache=True, logits_to_keep=1,
                          **{self._cache_kw: cache})
+        self.counters.encode_seconds += time.perf_counter() - started
+        self.counters.encoded_tokens += sum(len(p) - n for p, n in zip(prompts, lengths))
         next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long)
         return out, cache, attention, next_pos
 
@@ -215,10 +232,14 @@ class HFBackend:
                 tokens = [tokens[s] for s in keep]
                 live = [live[s] for s in keep]
             attention = torch.cat([attention, torch.ones((len(live), 1), dtype=torch.long)], dim=1)
+            started = time.perf_counter()
             out = self.model(input_ids=torch.tensor(tokens).view(-1, 1).to(self.device),
                              attention_mask=attention.to(self.device),
                              position_ids=next_pos.view(-1, 1).to(self.device), use_cache=True,
                              **{self._cache_kw: cache})
+            self.counters.decode_seconds += time.perf_counter() - started
+            self.counters.decode_steps += 1
+            self.counters.decode_rows += len(live)
             next_pos = next_pos + 1
         return [Generation(token_ids=generated[row], logprobs=logprobs[row], finish_reason=finish[row],
                            text=self._tokenizer.decode(generated[row], skip_special_tokens=False))
