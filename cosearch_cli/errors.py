@@ -9,10 +9,12 @@ Exit codes (documented in README.md and `cosearch --help`):
   6  index problem: missing index folder, index built with another encoder
   7  nothing to do: no trainable groups in the batch
   8  output exists and --overwrite was not given
+  9  cannot write: disk full, no permission, read-only file system
 """
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -77,3 +79,32 @@ class OutputExists(CosearchError):
     """Refusing to overwrite an existing output."""
 
     exit_code = 8
+
+
+class StorageError(CosearchError):
+    """The file system refused a write (disk full, quota, permission, read-only)."""
+
+    exit_code = 9
+
+
+_STORAGE_ERRNOS = {errno.ENOSPC: "free some space", errno.EDQUOT: "free some space or raise the quota",
+                   errno.EACCES: "choose a folder you can write to", errno.EPERM: "choose a folder you can write to",
+                   errno.EROFS: "choose a writable folder"}
+
+
+def storage_error(exc: BaseException) -> StorageError | None:
+    """The one-line error for a write the file system refused, or None when `exc` is something else.
+
+    Besides OSError this recognises libraries that wrap the OS error in their own exception (safetensors
+    raises "... No space left on device (os error 28)" when a checkpoint does not fit)."""
+    for cause in (exc, exc.__cause__, exc.__context__):
+        if isinstance(cause, OSError) and cause.errno in _STORAGE_ERRNOS:
+            reason = cause.strerror or errno.errorcode.get(cause.errno, "write refused")
+            return StorageError(reason, path=cause.filename,
+                                fix=f"{_STORAGE_ERRNOS[cause.errno]} (or pass another output path), then run "
+                                    "the command again: nothing half-written was kept")
+    text = str(exc)
+    if "No space left on device" in text or "os error 28" in text:
+        return StorageError("no space left on device", fix="free some space (or pass another output path), then "
+                                                           "run the command again: nothing half-written was kept")
+    return None

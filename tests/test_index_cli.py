@@ -84,6 +84,39 @@ def test_wrong_encoder_path_exit_5_before_anything_is_written(tmp_path):
     assert not (tmp_path / "ix").exists()
 
 
+def test_full_disk_is_one_line_exit_9_and_no_index(tmp_path, monkeypatch):
+    import errno
+
+    from cosearch_cli.index import docstore
+
+    def full(self, passage):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.folder / docstore.PASSAGES))
+
+    monkeypatch.setattr(docstore.DocStoreWriter, "add", full)
+    corpus = write_lines(tmp_path / "corpus.jsonl", GOOD)
+    result = run_cli("index", "build", "--corpus", corpus, "--out", tmp_path / "ix", "--quiet")
+    assert result.exit_code == 9
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert re.fullmatch(r"error: .*passages\.jsonl: No space left on device - free some space \(or pass another "
+                        r"output path\), then run the command again: nothing half-written was kept", result.stderr.strip())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]  # no index, no temp folder
+
+
+def test_storage_error_knows_wrapped_disk_full_and_leaves_other_errors_alone():
+    import errno
+
+    from cosearch_cli.errors import storage_error
+
+    # what safetensors raises when a checkpoint does not fit
+    wrapped = storage_error(RuntimeError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                                         'message: "No space left on device" })'))
+    assert wrapped is not None and wrapped.exit_code == 9 and str(wrapped).startswith("no space left on device - ")
+    denied = storage_error(PermissionError(errno.EACCES, "Permission denied", "/root/x"))
+    assert str(denied).startswith("/root/x: Permission denied - choose a folder you can write to")
+    assert storage_error(FileNotFoundError(errno.ENOENT, "No such file", "x")) is None
+    assert storage_error(ValueError("bad value")) is None
+
+
 def test_missing_index_folder_exit_6(tmp_path):
     result = run_cli("search", "--index", tmp_path / "nowhere", "anything")
     assert result.exit_code == 6

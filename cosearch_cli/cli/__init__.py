@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from cosearch_cli import __version__
-from cosearch_cli.errors import CosearchError
+from cosearch_cli.errors import CosearchError, storage_error
 
 
 class _Group(TyperGroup):
@@ -27,6 +27,12 @@ class _Group(TyperGroup):
         except CosearchError as exc:
             typer.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except Exception as exc:  # a full disk or unwritable folder is not a bug: one line, exit 9
+            storage = storage_error(exc)
+            if storage is None:
+                raise
+            typer.echo(f"error: {storage}", err=True)
+            ctx.exit(storage.exit_code)
 
 
 app = typer.Typer(
@@ -36,7 +42,7 @@ app = typer.Typer(
         "Train search agents with RL while the document ranker learns with them.\n\n"
         "Stages exchange JSONL/Parquet files and pipe through stdin/stdout (`-`). "
         "Exit codes: 0 ok, 1 internal error, 2 usage, 3 bad input data, 4 bad option values, "
-        "5 model problem, 6 index problem, 7 nothing to do, 8 output exists."
+        "5 model problem, 6 index problem, 7 nothing to do, 8 output exists, 9 cannot write (disk full)."
     ),
     no_args_is_help=True,
     add_completion=False,
