@@ -94,16 +94,14 @@ def run_mode_index(folder: str) -> None:
     build_index(Corpus(str(ROOT / "fixtures" / "corpus.jsonl")), folder, bm25=True)
 
 
-def model_rates(model, context: int = 400, batch: int = 64, steps: int = 8) -> dict:
-    """The model's best rates on this machine: prefill tokens/s (4 x 512 tokens, no padding) and seconds per
-    one-token decode step at batch 1 and at `batch` rows with `context` tokens of context each."""
+def model_rates(backend, context: int = 400, batch: int = 64, steps: int = 8) -> dict:
+    """The backend model's best rates on this machine: prefill tokens/s (4 x 512 tokens, no padding) and seconds
+    per one-token decode step at batch 1 and at `batch` rows with `context` tokens of context each."""
     import torch
 
     from cosearch_cli.generation.kvcache import new_cache, row_kv, seeded_cache
 
-    import inspect
-
-    kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    model, kw = backend.model, backend._cache_kw  # the cache keyword this transformers release takes
     torch.manual_seed(0)
     ids = torch.randint(100, 40_000, (4, 512))
     with torch.inference_mode():
@@ -159,11 +157,9 @@ def run_mode(mode: str, args) -> dict:
     trajs = [t for r in records for t in r.trajectories]
     calls = [c for r in records for c in r.ranker_calls]
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # before model_rates' own batch
-    engine = {}
-    if mode == "batched":
-        engine = {**asdict(backend.counters), **model_rates(model)}
-    return {**engine, "peak_rss_gib": peak_rss, "mode": mode, "questions": count, "wall_s": wall, "cpu_s": cpu, "agent_s": stats.agent_seconds,
-            "ranker_s": stats.ranker_seconds, "retrieval_s": stats.retrieval_seconds,
+    engine = {**asdict(backend.counters), **model_rates(backend)} if mode == "batched" else {}
+    return {**engine, "peak_rss_gib": peak_rss, "mode": mode, "questions": count, "wall_s": wall, "cpu_s": cpu,
+            "agent_s": stats.agent_seconds, "ranker_s": stats.ranker_seconds, "retrieval_s": stats.retrieval_seconds,
             "agent_tokens": stats.agent_tokens, "ranker_tokens": stats.ranker_tokens, "trajectories": len(trajs),
             "ranker_calls": len(calls), "format_ok": sum(t.format_ok for t in trajs),
             "ranker_valid": sum(c.valid for c in calls), "searches": sum(t.n_searches for t in trajs)}
