@@ -100,11 +100,13 @@ def storage_error(exc: BaseException) -> StorageError | None:
     for cause in (exc, exc.__cause__, exc.__context__):
         if isinstance(cause, OSError) and cause.errno in _STORAGE_ERRNOS:
             reason = cause.strerror or errno.errorcode.get(cause.errno, "write refused")
-            return StorageError(reason, path=cause.filename,
-                                fix=f"{_STORAGE_ERRNOS[cause.errno]} (or pass another output path), then run "
-                                    "the command again: nothing half-written was kept")
+            return _storage(reason, cause.errno, cause.filename)
     text = str(exc)
     if "No space left on device" in text or "os error 28" in text:
-        return StorageError("no space left on device", fix="free some space (or pass another output path), then "
-                                                           "run the command again: nothing half-written was kept")
+        return _storage("no space left on device", errno.ENOSPC, None)
     return None
+
+
+def _storage(reason: str, code: int, path: str | None) -> StorageError:
+    return StorageError(reason, path=path, fix=f"{_STORAGE_ERRNOS[code]} (or pass another output path), then run "
+                                               "the command again: nothing half-written was kept")
