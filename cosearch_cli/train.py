@@ -20,6 +20,8 @@ Layout of a run folder:
 
 from __future__ import annotations
 
+import copy
+import itertools
 import random
 import shutil
 import time
@@ -95,6 +97,23 @@ class TrainConfig:
     """AdamW learning rate of both models."""
     kl_coef: float = 0.001
     """k3 KL weight to the frozen initial model (0 skips the reference forward pass)."""
+    lr_warmup: int = 0
+    """Iterations over which the learning rate rises linearly to `lr` (iteration i uses lr x min(1, (i+1)/w));
+    0: full lr from the first update. Adam's first steps move every weight by about lr whatever its gradient."""
+    max_grad_norm: float = 1.0
+    """Clip each update's global gradient norm to this (0: no clipping; the norm is logged either way)."""
+    norm_over: str = "batch"
+    """Divisor of the token-mean loss: batch (every response token of the role's groups, as verl and Search-R1)
+    or trained (non-zero-advantage sequences only: the step grows as fewer groups carry signal)."""
+    dynamic_sampling: bool = False
+    """Draw more training questions until `questions_per_iteration` of them have unequal agent rewards (DAPO's
+    dynamic sampling), at most `max_draw`; the agent trains on those groups only, the ranker on every drawn
+    question's groups."""
+    max_draw: int = 0
+    """Most questions one iteration may draw with dynamic sampling (0: 4 x questions_per_iteration)."""
+    heldout_kl: int = 8
+    """Sequences per role from the untrained models' dev evaluation on which each update's exact
+    KL(new || old) is measured (a diagnostic; never trained on). 0: off."""
     token_budget: int = 2048
     """Padded tokens per update micro-batch."""
     eval_every: int = 1
@@ -131,6 +150,13 @@ class TrainConfig:
                                      f"(n x max_turns = {largest_cluster}), so no ranker group could ever train"))
         if not 0 < self.tau <= 1:
             problems.append(("tau", f"must be in (0, 1], got {self.tau}"))
+        if self.lr_warmup < 0 or self.max_grad_norm < 0 or self.max_draw < 0 or self.heldout_kl < 0:
+            problems.append(("lr_warmup/max_grad_norm/max_draw/heldout_kl", "must be >= 0"))
+        if self.norm_over not in ("batch", "trained"):
+            problems.append(("norm_over", f"must be 'batch' or 'trained', not {self.norm_over!r}"))
+        if self.dynamic_sampling and self.max_draw and self.max_draw < self.questions_per_iteration:
+            problems.append(("max_draw", f"({self.max_draw}) must be at least questions_per_iteration "
+                                         f"({self.questions_per_iteration})"))
         if self.lr <= 0 or self.kl_coef < 0 or self.temperature <= 0:
             problems.append(("lr/kl_coef/temperature", "lr and temperature must be > 0, kl_coef >= 0"))
         if self.eval_every < 0 or self.eval_limit < 0:
@@ -245,14 +271,31 @@ def eval_questions(questions: Sequence[Question], limit: int) -> list[Question]:
 def iteration_questions(questions: Sequence[Question], config: TrainConfig, iteration: int) -> list[Question]:
     """A fixed shuffle per epoch of the training set; iteration i takes the next slice."""
     per = config.questions_per_iteration
-    out: list[Question] = []
-    start = iteration * per
-    while len(out) < per:
-        epoch, offset = divmod(start + len(out), len(questions))
+    return list(itertools.islice(question_stream(questions, config.seed, iteration * per), per))
+
+
+def question_stream(questions: Sequence[Question], seed: int, start: int) -> Iterator[Question]:
+    """The training questions in a fixed shuffle per epoch, endlessly, from position `start` on."""
+    position = start
+    while True:
+        epoch, offset = divmod(position, len(questions))
         order = list(range(len(questions)))
-        random.Random(config.seed * 1000003 + epoch).shuffle(order)
-        out.append(questions[order[offset]])
-    return out
+        random.Random(seed * 1000003 + epoch).shuffle(order)
+        yield from (questions[i] for i in order[offset:])
+        position = (epoch + 1) * len(questions)
+
+
+def lr_at(config: TrainConfig, iteration: int) -> float:
+    """The learning rate of iteration `iteration`'s updates: linear warm-up over `lr_warmup` iterations."""
+    if config.lr_warmup <= 0:
+        return config.lr
+    return config.lr * min(1.0, (iteration + 1) / config.lr_warmup)
+
+
+def has_spread(record: RolloutRecord) -> bool:
+    """The question's agent group carries signal: its trajectories' rewards are not all equal."""
+    rewards_ = [t.reward for t in record.trajectories if t.reward is not None]
+    return len(rewards_) > 1 and advantages.no_signal(rewards_) == ""
 
 
 @dataclass
@@ -415,6 +458,33 @@ class Runner:
                              max_new_tokens=c.max_new_tokens, agent_constraint=agent_factory,
                              ranker_constraint=ranker_factory)
 
+    def draw(self, out: Path, train_questions: Sequence[Question], models: Models, i: int) -> list[RolloutRecord]:
+        """Dynamic sampling: roll out chunks of the next training questions until `questions_per_iteration`
+        of them have a reward spread in their agent group, or `max_draw` questions were drawn."""
+        if out.is_file():
+            return read_records(out)
+        c = self.config
+        per, cap = c.questions_per_iteration, c.max_draw or 4 * c.questions_per_iteration
+        start = sum(orjson.loads((self.paths.iteration(j) / "metrics.json").read_bytes())["questions_drawn"]
+                    for j in range(i))
+        stream = question_stream(train_questions, c.seed, start)
+        group_config = grouping.resolve_config(c.group_preset, kmin=c.kmin, tau=c.tau)
+        reward_config = rewards.resolve_config(c.reward_preset)
+        records: list[RolloutRecord] = []
+        with_spread = 0
+        while with_spread < per and len(records) < cap:
+            chunk = list(itertools.islice(stream, min(per, cap - len(records))))
+            self.log(f"iteration {i}: rollouts of {len(chunk)} questions x {c.n} "
+                     f"({with_spread}/{per} with a reward spread after {len(records)} drawn)")
+            for record in self.stream(chunk, models, greedy=False, seed=c.seed * 1000 + i + 7919 * len(records)):
+                records.append(record)
+                scored = rewards.score_record(grouping.group_record(copy.deepcopy(record), group_config),
+                                              reward_config)
+                with_spread += has_spread(scored)
+        write_records(out, records, self.manifest("rollout", models=models, greedy=False, dynamic_sampling=True,
+                                                  questions_drawn=len(records), with_spread=with_spread))
+        return records
+
     # -- group, reward ----------------------------------------------------------------------------------
 
     def group(self, rollouts_path: Path, out: Path) -> list[RolloutRecord]:
@@ -454,16 +524,20 @@ class Runner:
         from cosearch_cli.update import UpdateConfig, load_optimizer_state, run_update, save_checkpoint
 
         c = self.config
-        update_config = UpdateConfig(lr=c.lr, kl_coef=c.kl_coef, token_budget=c.token_budget,
+        update_config = UpdateConfig(lr=lr_at(c, iteration), kl_coef=c.kl_coef, token_budget=c.token_budget,
+                                     max_grad_norm=c.max_grad_norm, norm_over=c.norm_over,
                                      seed=c.seed * 1000 + iteration)
         model, tokenizer = load_causal_lm(model_path)
         optimizer_state = None
         if (Path(model_path) / "optimizer.pt").is_file():
             optimizer_state = load_optimizer_state(model_path)
         ref = self._reference(role) if c.kl_coef > 0 else None
+        if role == "agent" and c.dynamic_sampling:  # DAPO: the agent's batch is the groups with a spread
+            scored = [r for r in scored if has_spread(r)]
         try:
             result = run_update(scored, role=role, model=model, ref_model=ref, config=update_config,
-                                optimizer_state=optimizer_state, pad_id=tokenizer.pad_token_id or 0)
+                                optimizer_state=optimizer_state, pad_id=tokenizer.pad_token_id or 0,
+                                heldout=self.heldout(role))
         except NothingToDo as exc:
             metrics = {"role": role, "skipped": True, "skip_reason": exc.message}
             write_json_atomic(skipped, metrics)
@@ -476,6 +550,26 @@ class Runner:
                         manifest=make_manifest("update", {"role": role, **update_config.to_dict()},
                                                seed=update_config.seed))
         return result.metrics
+
+    def heldout(self, role: str) -> list | None:
+        """Up to `heldout_kl` of the untrained models' dev sequences of `role`, for the held-out KL."""
+        path = self.paths.root / "eval-init" / "rollouts.jsonl"
+        if not self.config.heldout_kl or not path.is_file():
+            return None
+        from cosearch_cli.update.batch import TrainSeq
+
+        seqs = []
+        for record in read_records(path):
+            if role == "agent":
+                seqs += [TrainSeq(f"{record.question_id}/s{t.sample}", t.token_ids, t.loss_mask,
+                                  [0.0] * len(t.token_ids), 0.0, 1.0) for t in record.trajectories]
+            else:
+                seqs += [TrainSeq(call.id, call.prompt_ids + call.output_ids,
+                                  [0] * len(call.prompt_ids) + [1] * len(call.output_ids),
+                                  [0.0] * (len(call.prompt_ids) + len(call.output_ids)), 0.0, 1.0)
+                         for call in record.ranker_calls if call.prompt_ids and call.output_ids]
+        seqs = [s for s in seqs if s.n_trained]
+        return seqs[:self.config.heldout_kl] or None
 
     def _reference(self, role: str):
         from cosearch_cli.models import load_causal_lm
@@ -530,19 +624,22 @@ class Runner:
         folder.mkdir(parents=True, exist_ok=True)
         timer = StepTimer()
         models = current_models(self.paths, c, i)
-        questions = iteration_questions(train_questions, c, i)
 
         started = time.perf_counter()
-        self.log(f"iteration {i}: rollouts of {len(questions)} questions x {c.n}")
-        rolled = self.rollouts(folder / "rollouts.jsonl", questions, models, greedy=False,
-                               seed=c.seed * 1000 + i)
+        if c.dynamic_sampling:
+            rolled = self.draw(folder / "rollouts.jsonl", train_questions, models, i)
+        else:
+            questions = iteration_questions(train_questions, c, i)
+            self.log(f"iteration {i}: rollouts of {len(questions)} questions x {c.n}")
+            rolled = self.rollouts(folder / "rollouts.jsonl", questions, models, greedy=False,
+                                   seed=c.seed * 1000 + i)
         timer.add("rollout", started)
         started = time.perf_counter()
         self.group(folder / "rollouts.jsonl", folder / "grouped.jsonl")
         scored = self.reward(folder / "grouped.jsonl", folder / "scored.jsonl")
         timer.add("group_reward", started)
 
-        row = {"iteration": i, **_train_row(rolled, scored)}
+        row = {"iteration": i, "questions_drawn": len(rolled), **_train_row(rolled, scored)}
         for role, enabled, path in (("agent", c.train_agent, models.agent),
                                     ("ranker", c.train_ranker, models.ranker)):
             if not enabled:
@@ -551,8 +648,7 @@ class Runner:
             self.log(f"iteration {i}: {role} update")
             metrics = self.update(role, scored, path, folder / role, i)
             timer.add(f"update_{role}", started)
-            row.update({f"{role}_{k}": v for k, v in metrics.items()
-                        if k in ("loss", "kl", "clip_frac", "entropy", "grad_norm", "sequences", "skipped")})
+            row.update({f"{role}_{k}": v for k, v in metrics.items() if k in UPDATE_METRICS})
 
         last = i == c.iterations - 1
         if last or (c.eval_every and (i + 1) % c.eval_every == 0):
@@ -588,6 +684,11 @@ class Runner:
 
         training_curves(rows, self.paths.root / "curves.png", title=self.config.name)
         _tensorboard(rows, self.paths.root / "tensorboard")
+
+
+# Per-update figures copied into metrics.parquet as "<role>_<name>".
+UPDATE_METRICS = ("loss", "kl", "clip_frac", "entropy", "grad_norm", "grad_norm_clipped", "sequences", "skipped",
+                  "lr", "kl_batch", "kl_heldout", "norm_tokens", "adv_token_share", "tokens")
 
 
 def _train_row(rolled: Sequence[RolloutRecord], scored: Sequence[RolloutRecord]) -> dict:

@@ -175,3 +175,82 @@ def test_older_checkpoints_are_deleted_and_the_newest_kept(tmp_path, tiny_model_
     assert (models.agent, models.ranker) == (str(paths.iteration(3) / "agent"), str(paths.iteration(2) / "ranker"))
     with pytest.raises(ConfigError, match="keep_checkpoints"):
         _config(tmp_path / "c", tiny_model_dir, keep_checkpoints=-1)
+
+
+def test_lr_warmup_rises_linearly_then_stays():
+    from cosearch_cli.train import lr_at
+
+    cfg = TrainConfig(lr=1e-5, lr_warmup=4)
+    assert [lr_at(cfg, i) for i in range(6)] == pytest.approx([2.5e-6, 5e-6, 7.5e-6, 1e-5, 1e-5, 1e-5])
+    assert lr_at(TrainConfig(lr=1e-5), 0) == 1e-5
+
+
+def test_question_stream_continues_the_iteration_slices():
+    from itertools import islice
+
+    from cosearch_cli.train import question_stream
+
+    questions = [Question(str(i), "?", ["a"]) for i in range(5)]
+    cfg = TrainConfig(questions_per_iteration=2, seed=1)
+    sliced = [q.id for i in range(6) for q in iteration_questions(questions, cfg, i)]
+    assert [q.id for q in islice(question_stream(questions, 1, 0), 12)] == sliced
+    assert [q.id for q in islice(question_stream(questions, 1, 3), 4)] == sliced[3:7]  # across an epoch's end
+
+
+def test_has_spread_needs_two_unequal_rewards():
+    from cosearch_cli.records import RolloutRecord, Trajectory
+    from cosearch_cli.train import has_spread
+
+    def record(*rewards):
+        trajs = [Trajectory(sample=i, turns=[], answer=None, n_searches=0, format_ok=True, token_ids=[],
+                            loss_mask=[], logprobs=[], prompt_len=0, reward=r) for i, r in enumerate(rewards)]
+        return RolloutRecord("q", "?", ["a"], "nq", trajs)
+
+    assert has_spread(record(0.0, 0.5, 0.0))
+    assert not has_spread(record(0.3, 0.3, 0.3))
+    assert not has_spread(record(1.0))
+    assert not has_spread(record(None, 1.0))
+
+
+def test_dynamic_sampling_draws_until_enough_groups_or_the_cap(tmp_path, tiny_model_dir):
+    from cosearch_cli import train as training
+
+    # the random tiny model answers nothing: every group is flat, so each iteration draws up to its cap
+    cfg = _config(tmp_path, tiny_model_dir, iterations=2, questions_per_iteration=1, dynamic_sampling=True,
+                  max_draw=3, eval_init=False, train_ranker=False, max_new_tokens=8)
+    root = training.Runner(cfg).run()
+    rows = [orjson.loads((root / f"iter-{i:04d}" / "metrics.json").read_bytes()) for i in range(2)]
+    assert [r["questions_drawn"] for r in rows] == [3, 3]
+    drawn = [[orjson.loads(x)["question_id"] for x in (root / f"iter-{i:04d}" / "rollouts.jsonl").read_bytes()
+              .splitlines() if b'"kind"' not in x[:20]] for i in range(2)]
+    from cosearch_cli.train import question_stream, read_questions
+    from itertools import islice
+
+    expected = [q.id for q in islice(question_stream(read_questions(cfg.questions), cfg.seed, 0), 6)]
+    assert drawn[0] + drawn[1] == expected  # iteration 1 continues where iteration 0 stopped
+    assert (root / "iter-0000" / "agent.skipped.json").is_file()  # no group with a spread: nothing to train
+
+
+def test_metrics_log_has_the_update_diagnostics(tmp_path, tiny_model_dir, monkeypatch):
+    from cosearch_cli import train as training
+    import polars as pl
+
+    def alternate(records, **_):  # the random model's groups are flat; give the agent a signal to train on
+        for record in records:
+            for group in record.groups:
+                group.kept, group.reason = group.role == "agent", "" if group.role == "agent" else "singleton"
+            for t in record.trajectories:
+                t.advantage = 1.0 if t.sample % 2 == 0 else -1.0
+
+    monkeypatch.setattr(training.advantages, "assign_advantages", alternate)
+    cfg = _config(tmp_path, tiny_model_dir, iterations=1, lr_warmup=2, heldout_kl=2, train_ranker=False)
+    root = training.Runner(cfg).run()
+    log = pl.read_parquet(root / "metrics.parquet")
+    wanted = {"agent_kl_batch", "agent_kl_heldout", "agent_grad_norm", "agent_grad_norm_clipped", "agent_lr",
+              "agent_adv_token_share", "agent_norm_tokens", "agent_entropy", "agent_clip_frac", "questions_drawn"}
+    assert wanted <= set(log.columns)
+    row = orjson.loads((root / "iter-0000" / "metrics.json").read_bytes())
+    assert row["agent_skipped"] is False
+    assert row["agent_lr"] == pytest.approx(cfg.lr / 2)
+    assert row["agent_adv_token_share"] == 1.0  # every member has a non-zero advantage
+    assert row["agent_kl_batch"] > 0 and row["agent_kl_heldout"] > 0

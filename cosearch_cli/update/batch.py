@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cosearch_cli.advantages import ALL_EQUAL
 from cosearch_cli.errors import ModelError, RecordError
 from cosearch_cli.records import RolloutRecord
 
@@ -96,6 +97,29 @@ def training_sequences(records: Iterable[RolloutRecord], role: str) -> list[Trai
     return [seq for record in records for seq in pick(record) if seq.n_trained > 0]
 
 
+# Groups that passed grouping belong to the batch even when all their rewards are equal (advantage 0);
+# singletons and clusters under k_min never do.
+_IN_BATCH = ("", ALL_EQUAL)
+
+
+def batch_size(records: Iterable[RolloutRecord], role: str) -> tuple[int, int]:
+    """(response tokens, sequences) of every member of `role`'s groups in the batch, advantage 0 or not.
+
+    This is what verl and Search-R1 divide a token-mean loss by: every response token of the batch. Dividing
+    by the tokens of non-zero-advantage sequences only makes the step grow as fewer groups carry signal.
+    """
+    tokens = seqs = 0
+    for record in records:
+        members = {m for g in record.groups if g.role == role and g.reason in _IN_BATCH for m in g.members}
+        if role == "agent":
+            counts = [sum(t.loss_mask) for t in record.trajectories if str(t.sample) in members]
+        else:
+            counts = [len(c.output_ids) for c in record.ranker_calls if c.id in members and c.prompt_ids]
+        tokens += sum(counts)
+        seqs += sum(1 for n in counts if n)
+    return tokens, seqs
+
+
 def check_vocab(seqs: list[TrainSeq], vocab_size: int, model_name: str = "the model") -> None:
     top = max((max(s.token_ids) for s in seqs if s.token_ids), default=-1)
     low = min((min(s.token_ids) for s in seqs if s.token_ids), default=0)
@@ -118,9 +142,12 @@ class Norms:
     horizon: int  # divisor of seq-mean-token-sum-norm
 
 
-def batch_norms(seqs: list[TrainSeq], norm_tokens: int | None = None) -> Norms:
-    return Norms(tokens=sum(s.n_trained for s in seqs), seqs=len(seqs),
-                 horizon=norm_tokens or max(s.n_trained for s in seqs))
+def batch_norms(seqs: list[TrainSeq], norm_tokens: int | None = None,
+                batch: tuple[int, int] | None = None) -> Norms:
+    """Divisors over the trained sequences, or over the whole batch (`batch_size`) when it is given."""
+    tokens, count = batch if batch is not None else (sum(s.n_trained for s in seqs), len(seqs))
+    assert tokens >= sum(s.n_trained for s in seqs), "the batch must include every trained sequence"
+    return Norms(tokens=tokens, seqs=count, horizon=norm_tokens or max(s.n_trained for s in seqs))
 
 
 @dataclass

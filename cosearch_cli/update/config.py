@@ -8,6 +8,7 @@ from cosearch_cli.errors import ConfigError
 
 ROLES = ("agent", "ranker")
 PARALLEL = ("ddp", "fsdp")
+NORM_OVER = ("batch", "trained")
 
 
 @dataclass
@@ -22,6 +23,10 @@ class UpdateConfig:
     """Weight of the k3 KL estimate to the frozen reference; 0 skips the reference forward pass."""
     loss_agg: str = "token-mean"
     """How per-token losses become one number: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm."""
+    norm_over: str = "batch"
+    """Whose tokens divide the loss: batch (every response token of the role's groups, advantage 0 or not, as
+    verl and Search-R1 count) or trained (only non-zero-advantage sequences: the step grows as fewer groups
+    carry signal; the behaviour before 2026-12)."""
     norm_tokens: int | None = None
     """Divisor for seq-mean-token-sum-norm; None uses the most trained tokens of any sequence in the batch."""
     token_budget: int = 2048
@@ -40,6 +45,9 @@ class UpdateConfig:
     """LoRA alpha; 0 means 2 x lora_r."""
     grad_checkpointing: bool = False
     """Recompute activations in the backward pass: about 25% slower, much less memory."""
+    diagnostics: bool = True
+    """After the step, measure KL(new || old) on the batch (one more forward pass over it) and, when held-out
+    sequences are given, on them."""
     parallel: str = "ddp"
     """Under torchrun: ddp (every process holds the whole model) or fsdp (parameters sharded)."""
     seed: int = 0
@@ -52,6 +60,8 @@ class UpdateConfig:
         if self.loss_agg not in LOSS_AGG:
             raise ConfigError(f"unknown loss aggregation {self.loss_agg!r}",
                               fix=f"use one of {', '.join(LOSS_AGG)}")
+        if self.norm_over not in NORM_OVER:
+            raise ConfigError(f"unknown norm-over {self.norm_over!r}", fix=f"use one of {', '.join(NORM_OVER)}")
         if self.parallel not in PARALLEL:
             raise ConfigError(f"unknown parallel mode {self.parallel!r}", fix=f"use one of {', '.join(PARALLEL)}")
         checks = [

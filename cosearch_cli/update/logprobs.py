@@ -14,13 +14,18 @@ def token_logprobs(model, mb: MicroBatch, *, with_entropy: bool = False):
     the vocabulary projection on prompts and inserted passages. The entropy is a diagnostic, so it carries
     no gradient.
     """
-    out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, logits_to_keep=mb.cols_kept,
-                use_cache=False)
-    logits = out.logits[mb.rows, mb.cols].float() / mb.temperatures[:, None]  # [N, V]
-    logp_all = torch.log_softmax(logits, dim=-1)
+    logp_all = distribution_logprobs(model, mb)
     logp = logp_all.gather(-1, mb.targets[:, None]).squeeze(-1)
     if not with_entropy:
         return logp, None
     with torch.no_grad():
         entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
+
+
+def distribution_logprobs(model, mb: MicroBatch) -> torch.Tensor:
+    """log_softmax(logits / temperature) over the whole vocabulary at each trained token: [N, V]."""
+    out = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask, logits_to_keep=mb.cols_kept,
+                use_cache=False)
+    logits = out.logits[mb.rows, mb.cols].float() / mb.temperatures[:, None]
+    return torch.log_softmax(logits, dim=-1)

@@ -16,10 +16,10 @@ import torch
 from cosearch_cli.errors import ConfigError, NothingToDo
 from cosearch_cli.records import RolloutRecord
 from cosearch_cli.update import distributed
-from cosearch_cli.update.batch import (MicroBatch, Norms, TrainSeq, batch_norms, check_vocab, collate,
-                                       plan_micro_batches, training_sequences)
+from cosearch_cli.update.batch import (MicroBatch, Norms, TrainSeq, batch_norms, batch_size, check_vocab,
+                                       collate, plan_micro_batches, training_sequences)
 from cosearch_cli.update.config import ROLES, UpdateConfig
-from cosearch_cli.update.logprobs import token_logprobs
+from cosearch_cli.update.logprobs import distribution_logprobs, token_logprobs
 from cosearch_cli.update.losses import LOSS_AGG, grpo_token_terms
 
 # Sums gathered over micro-batches and processes; the metrics are ratios of them.
@@ -59,8 +59,9 @@ def local_micro_batches(seqs: list[TrainSeq], config: UpdateConfig, pad_id: int 
 
 
 def accumulate_gradients(policy, ref_model, batches: list[MicroBatch], config: UpdateConfig,
-                         norms: Norms) -> dict[str, float]:
-    """Forward and backward over the micro-batches; returns batch-wide sums (all processes) for metrics."""
+                         norms: Norms, keep_logp: list | None = None) -> dict[str, float]:
+    """Forward and backward over the micro-batches; returns batch-wide sums (all processes) for metrics.
+    `keep_logp`, when given, receives each micro-batch's log-probs before the step (for `batch_kl`)."""
     aggregate = LOSS_AGG[config.loss_agg]
     world = distributed.rank_world()[1]
     sums = torch.zeros(len(_SUMS), dtype=torch.float64)
@@ -76,6 +77,8 @@ def accumulate_gradients(policy, ref_model, batches: list[MicroBatch], config: U
             terms = grpo_token_terms(logp, mb.old_logprobs, mb.advantages, ref_logp, clip_low=config.clip_low,
                                      clip_high=config.clip_high, kl_coef=config.kl_coef)
             share = aggregate(terms.loss, mb.seq_tokens, norms) * mb.weight
+            if keep_logp is not None:
+                keep_logp.append(logp.detach())
             (share * world).backward()  # DDP/FSDP average over ranks; scaling makes that the sum
         with torch.no_grad():
             w = mb.weight
@@ -88,12 +91,51 @@ def accumulate_gradients(policy, ref_model, batches: list[MicroBatch], config: U
     return dict(zip(_SUMS, sums.tolist()))
 
 
+def batch_kl(policy, batches: list[MicroBatch], before: list[torch.Tensor]) -> float:
+    """KL(new || old) per trained token of the batch, from its sampled tokens: with r = p_new / p_old at each
+    token (drawn from the old policy), E_old[r log r - (r - 1)] = KL(new || old), and each term is >= 0."""
+    sums = torch.zeros(2, dtype=torch.float64)
+    device = next(policy.parameters()).device
+    with torch.no_grad():
+        for mb, old in zip(batches, before):
+            new, _ = token_logprobs(policy, mb.to(device))
+            log_r = (new - old).double()
+            terms = torch.exp(log_r) * log_r - torch.expm1(log_r)
+            sums += torch.tensor([mb.weight * terms.sum().item(), mb.weight * len(log_r)], dtype=torch.float64)
+    total, count = distributed.all_reduce_sum(sums).tolist()
+    return total / count if count else 0.0
+
+
+class HeldoutKL:
+    """Exact KL(new || old) over the whole vocabulary at the trained positions of sequences the update does
+    not train on (e.g. dev prompts): how far one step moves the model where it was not pushed."""
+
+    def __init__(self, policy, seqs: list[TrainSeq], token_budget: int, pad_id: int):
+        self.batches = [collate(plan, pad_id) for plan in plan_micro_batches(seqs, token_budget)]
+        self.before = self._logprobs(policy)
+
+    def _logprobs(self, policy) -> list[torch.Tensor]:
+        device = next(policy.parameters()).device
+        with torch.no_grad():
+            return [distribution_logprobs(policy, mb.to(device)) for mb in self.batches]
+
+    def after(self, policy) -> float:
+        total = count = 0.0
+        for old, new in zip(self.before, self._logprobs(policy)):
+            total += float((new.exp() * (new - old)).sum())
+            count += new.shape[0]
+        return total / count if count else 0.0
+
+
 def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=None, config: UpdateConfig,
                optimizer: torch.optim.Optimizer | None = None, optimizer_state: dict | None = None,
-               pad_id: int = 0) -> UpdateResult:
-    """One optimiser step of GRPO on every trainable sequence of `role` in `records`."""
+               pad_id: int = 0, heldout: list[TrainSeq] | None = None) -> UpdateResult:
+    """One optimiser step of GRPO on every trainable sequence of `role` in `records`.
+
+    `heldout`: sequences never trained on, whose exact KL(new || old) is reported as `kl_heldout`."""
     assert role in ROLES, f"role must be one of {ROLES}, got {role!r}"
     started = time.perf_counter()
+    records = list(records)
     seqs = training_sequences(records, role)
     if not seqs:
         raise NothingToDo(f"no trainable {role} sequences: no kept {role} group has a non-zero advantage",
@@ -102,7 +144,8 @@ def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=
     use_ref = config.kl_coef > 0
     if use_ref and ref_model is None:
         raise ConfigError("kl-coef > 0 needs a reference model", fix="pass --ref, or --kl-coef 0")
-    norms = batch_norms(seqs, config.norm_tokens)
+    norms = batch_norms(seqs, config.norm_tokens,
+                        batch=batch_size(records, role) if config.norm_over == "batch" else None)
     world = distributed.rank_world()[1]
     batches = local_micro_batches(seqs, config, pad_id)
 
@@ -120,15 +163,20 @@ def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train(config.grad_checkpointing)
     optimizer.zero_grad(set_to_none=True)
+    held = HeldoutKL(policy, heldout, config.token_budget, pad_id) if heldout and config.diagnostics else None
 
-    total = accumulate_gradients(policy, ref_model, batches, config, norms)
+    before: list[torch.Tensor] = []
+    total = accumulate_gradients(policy, ref_model, batches, config, norms, keep_logp=before)
 
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))  # the norm before clipping
     finite = math.isfinite(total["loss"]) and math.isfinite(grad_norm)
     if finite:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # a skipped step leaves weights and optimiser state untouched
+    model.train(False)
+    kl_batch = batch_kl(policy, batches, before) if finite and config.diagnostics else None
+    kl_heldout = held.after(policy) if held is not None and finite else None
     model.train(was_training)
 
     seconds = time.perf_counter() - started
@@ -142,6 +190,12 @@ def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=
         "entropy": total["entropy"] / tokens,
         "ratio": total["ratio"] / tokens,
         "grad_norm": grad_norm,
+        "grad_norm_clipped": min(grad_norm, max_norm),
+        "lr": config.lr,
+        "kl_batch": kl_batch,
+        "kl_heldout": kl_heldout,
+        "norm_tokens": norms.tokens,
+        "adv_token_share": tokens / norms.tokens,
         "skipped": not finite,
         "skip_reason": None if finite else ("non-finite loss" if not math.isfinite(total["loss"])
                                             else "non-finite gradient norm"),
