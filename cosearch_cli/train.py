@@ -27,7 +27,7 @@ import shutil
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import orjson
@@ -83,6 +83,14 @@ class TrainConfig:
     """K: passages the ranker shows the agent."""
     max_new_tokens: int = 64
     """Agent tokens per turn."""
+    ranker_max_new_tokens: int = 64
+    """Ranker tokens per call (reason + ranking of k ids)."""
+    passage_tokens: int = 48
+    """Tokens of each passage's text in the agent's observation."""
+    ranker_passage_tokens: int = 32
+    """Tokens of each candidate's text in the ranker's prompt (top_n of them)."""
+    question_chunk: int = 8
+    """Questions in flight at once during rollouts (the agent's batch is n x this)."""
     temperature: float = 1.0
     """Sampling temperature of training rollouts."""
     group_preset: str = "paper"
@@ -135,7 +143,8 @@ class TrainConfig:
         if self.train_ranker and self.ranker != "llm":
             problems.append(("train_ranker", "needs ranker = 'llm' (there is no ranker model to train)"))
         for key in ("iterations", "questions_per_iteration", "n", "top_n", "k", "max_new_tokens", "kmin",
-                    "token_budget"):
+                    "token_budget", "ranker_max_new_tokens", "passage_tokens", "ranker_passage_tokens",
+                    "question_chunk"):
             if getattr(self, key) < 1:
                 problems.append((key, f"must be at least 1, got {getattr(self, key)}"))
         if self.max_turns < 1:
@@ -174,6 +183,14 @@ class TrainConfig:
         return self
 
 
+# The rollout preset `paper` (cosearch_cli/rollout.py PRESETS), repeated so that reading a training configuration
+# does not import torch; tests/test_train.py checks that `train --preset paper-7b` hands the rollout exactly these.
+PAPER_ROLLOUT = dict(n=8, top_n=50, k=5, max_turns=6, max_new_tokens=500, ranker_max_new_tokens=256,
+                     passage_tokens=160, ranker_passage_tokens=128, question_chunk=64)
+# METHOD.md's update settings: lr 1e-6, k3 KL 0.001, temperature 1.0; clip 0.2 on both sides, one epoch and
+# token-mean aggregation are UpdateConfig's defaults, and verl's gradient clipping at norm 1.0.
+PAPER_UPDATE = dict(lr=1e-6, kl_coef=0.001, temperature=1.0, max_grad_norm=1.0)
+
 # The three comparison presets share every setting but what the paper varies, so they cost the same compute.
 PRESETS: dict[str, dict] = {
     # Sized to finish well within 15 minutes on a 2-core CPU (6.7 min measured): evaluations only before and after.
@@ -182,10 +199,14 @@ PRESETS: dict[str, dict] = {
     "search-r1": dict(name="search-r1", ranker="none", train_ranker=False),
     "fixed-ranker": dict(name="fixed-ranker", ranker="llm", train_ranker=False),
     "cosearch": dict(name="cosearch", ranker="llm", train_ranker=True),
-    # The paper's setting (7B agent and ranker, G=8, N=50, K=5, T=6); needs GPUs and the vLLM backend.
+    # The paper's settings: 7B (or 3B) agent, 7B ranker, every rollout budget of the rollout preset `paper`, the
+    # update settings of METHOD.md. They need GPUs (see README "From this laptop to Qwen2.5-7B on a cluster").
     "paper-7b": dict(name="paper-7b", agent="Qwen/Qwen2.5-7B-Instruct", ranker_model="Qwen/Qwen2.5-7B-Instruct",
-                     n=8, top_n=50, k=5, max_turns=6, max_new_tokens=500, questions_per_iteration=512,
-                     iterations=100, lr=1e-6, kl_coef=0.001, constrain="none", eval_limit=0, eval_every=10),
+                     **PAPER_ROLLOUT, **PAPER_UPDATE, questions_per_iteration=512, iterations=100,
+                     constrain="none", eval_limit=0, eval_every=10),
+    "paper-3b": dict(name="paper-3b", agent="Qwen/Qwen2.5-3B-Instruct", ranker_model="Qwen/Qwen2.5-7B-Instruct",
+                     **PAPER_ROLLOUT, **PAPER_UPDATE, questions_per_iteration=512, iterations=100,
+                     constrain="none", eval_limit=0, eval_every=10),
 }
 
 
@@ -296,6 +317,28 @@ def has_spread(record: RolloutRecord) -> bool:
     """The question's agent group carries signal: its trajectories' rewards are not all equal."""
     rewards_ = [t.reward for t in record.trajectories if t.reward is not None]
     return len(rewards_) > 1 and advantages.no_signal(rewards_) == ""
+
+
+def rollout_settings(config: TrainConfig, *, greedy: bool, seed: int, ranker: str | None = None):
+    """The RolloutConfig the training loop hands `run_rollouts` (without decoding constraints, which need the
+    loaded tokenizers): every budget comes from `config`; greedy evaluation rolls out one trajectory."""
+    from cosearch_cli.rollout import RolloutConfig
+
+    c = config
+    return RolloutConfig(n=1 if greedy else c.n, max_turns=c.max_turns, top_n=c.top_n, k=c.k,
+                         ranker=ranker or c.ranker, greedy=greedy, temperature=c.temperature, seed=seed,
+                         max_new_tokens=c.max_new_tokens, ranker_max_new_tokens=c.ranker_max_new_tokens,
+                         passage_tokens=c.passage_tokens, ranker_passage_tokens=c.ranker_passage_tokens,
+                         question_chunk=c.question_chunk)
+
+
+def update_settings(config: TrainConfig, iteration: int):
+    """The UpdateConfig of iteration `iteration`'s updates (both roles)."""
+    from cosearch_cli.update import UpdateConfig
+
+    c = config
+    return UpdateConfig(lr=lr_at(c, iteration), kl_coef=c.kl_coef, token_budget=c.token_budget,
+                        max_grad_norm=c.max_grad_norm, norm_over=c.norm_over, seed=c.seed * 1000 + iteration)
 
 
 @dataclass
@@ -446,17 +489,15 @@ class Runner:
         return self._loaded[models.agent], self._loaded.get(models.ranker) if models.ranker else None
 
     def _rollout_config(self, agent, ranker_backend, *, greedy: bool, seed: int, ranker: str | None = None):
-        from cosearch_cli.rollout import RolloutConfig, constraint_factories
+        from cosearch_cli.rollout import constraint_factories
 
         c = self.config
         key = ranker_backend is not None  # token tables depend only on the (shared) tokenizer
         if key not in self._constraints:
             self._constraints[key] = constraint_factories(c.constrain, c.agent, agent, ranker_backend)
         agent_factory, ranker_factory = self._constraints[key]
-        return RolloutConfig(n=1 if greedy else c.n, max_turns=c.max_turns, top_n=c.top_n, k=c.k,
-                             ranker=ranker or c.ranker, greedy=greedy, temperature=c.temperature, seed=seed,
-                             max_new_tokens=c.max_new_tokens, agent_constraint=agent_factory,
-                             ranker_constraint=ranker_factory)
+        return replace(rollout_settings(c, greedy=greedy, seed=seed, ranker=ranker), agent_constraint=agent_factory,
+                       ranker_constraint=ranker_factory)
 
     def draw(self, out: Path, train_questions: Sequence[Question], models: Models, i: int) -> list[RolloutRecord]:
         """Dynamic sampling: roll out chunks of the next training questions until `questions_per_iteration`
@@ -521,12 +562,10 @@ class Runner:
         if skipped.is_file():
             return orjson.loads(skipped.read_bytes())
         from cosearch_cli.models import load_causal_lm
-        from cosearch_cli.update import UpdateConfig, load_optimizer_state, run_update, save_checkpoint
+        from cosearch_cli.update import load_optimizer_state, run_update, save_checkpoint
 
         c = self.config
-        update_config = UpdateConfig(lr=lr_at(c, iteration), kl_coef=c.kl_coef, token_budget=c.token_budget,
-                                     max_grad_norm=c.max_grad_norm, norm_over=c.norm_over,
-                                     seed=c.seed * 1000 + iteration)
+        update_config = update_settings(c, iteration)
         model, tokenizer = load_causal_lm(model_path)
         optimizer_state = None
         if (Path(model_path) / "optimizer.pt").is_file():
