@@ -193,15 +193,16 @@ _GROUP_AVERAGED = ANSWER_METRICS + ("searches", "format_fail") + tuple(f"hit@{k}
     "invalid", "answer_in_candidates")
 
 
-def group_rows(dataset_rows: Sequence[dict]) -> list[dict]:
-    """Single-hop, multi-hop and average: unweighted means over the datasets present (None if none)."""
+def group_rows(dataset_rows: Sequence[dict], *, averaged: Sequence[str] = _GROUP_AVERAGED,
+               summed: Sequence[str] = ("questions", "trajectories", "ranker_calls")) -> list[dict]:
+    """Single-hop, multi-hop and average: unweighted means over the datasets present (None if none) of the
+    `averaged` columns, totals of the `summed` ones."""
     out = []
     for name, members in GROUPS:
         rows = [r for r in dataset_rows if r["dataset"] in members]
-        group = {"dataset": name, "hop": name, "questions": sum(r["questions"] for r in rows),
-                 "trajectories": sum(r["trajectories"] for r in rows),
-                 "ranker_calls": sum(r["ranker_calls"] for r in rows), "datasets": len(rows)}
-        for metric in _GROUP_AVERAGED:
+        group = {"dataset": name, "hop": name, **{key: sum(r[key] for r in rows) for key in summed},
+                 "datasets": len(rows)}
+        for metric in averaged:
             group[metric] = _mean([r[metric] for r in rows if r[metric] is not None])
         out.append(group)
     return out
@@ -238,25 +239,37 @@ def evaluate(records: Sequence[RolloutRecord], *, yes_no_rule: bool = False) -> 
 # Comparing two runs
 
 
-def paired_bootstrap(diffs: dict[str, np.ndarray], *, samples: int = 1000, seed: int = 0,
-                     confidence: float = 0.95) -> dict[str, dict]:
+def paired_bootstrap(diffs: dict[str, np.ndarray], *, weights: dict[str, np.ndarray] | None = None,
+                     samples: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, dict]:
     """Percentile CIs of the mean per-question difference, per dataset and for the dataset groups.
 
     Each replicate resamples questions with replacement *within* each dataset (the pairing is kept: a
     question's A and B scores move together), so the group figures are the same unweighted means over
     datasets as the tables, computed per replicate. Datasets are drawn in the fixed DATASETS order from one
     seeded generator, so the same seed gives the same intervals.
+
+    `weights` (per question, positive) turn this into a cluster bootstrap of a pooled mean: with a question's
+    mean difference over its n ranker calls as its value and n as its weight, a dataset's figure is
+    sum(w * d) / sum(w), the mean over all its calls, while whole questions (all their calls together) are
+    what is resampled, because the calls of one question are not independent of each other.
     """
     assert samples > 0, "bootstrap needs at least one replicate"
     rng = np.random.default_rng(seed)
     replicates: dict[str, np.ndarray] = {}
+    point: dict[str, float] = {}
     for dataset in DATASETS:
         if dataset not in diffs:
             continue
         values = np.asarray(diffs[dataset], dtype=float)
         picks = rng.integers(0, len(values), size=(samples, len(values)))
-        replicates[dataset] = values[picks].mean(axis=1)
-    point = {d: float(np.mean(diffs[d])) for d in replicates}
+        if weights is None:
+            replicates[dataset] = values[picks].mean(axis=1)
+            point[dataset] = float(np.mean(values))
+        else:
+            w = np.asarray(weights[dataset], dtype=float)
+            assert w.shape == values.shape and (w > 0).all(), f"{dataset}: one positive weight per question"
+            replicates[dataset] = (values * w)[picks].sum(axis=1) / w[picks].sum(axis=1)
+            point[dataset] = float((values * w).sum() / w.sum())
     for name, members in GROUPS:
         present = [d for d in members if d in replicates]
         if present:

@@ -149,9 +149,16 @@ def constraint_factories(roles: str, agent_name: str, agent: GenerationBackend,
         for_agent = make_constraints({"agent"}, agent.tokenizer, vocab_size=_vocab_size(agent))
         agent_factory = lambda ctx: for_agent.agent(final=ctx.last_turn)  # noqa: E731
     if "ranker" in wanted and ranker is not None:
-        for_ranker = make_constraints({"ranker"}, ranker.tokenizer, vocab_size=_vocab_size(ranker))
-        ranker_factory = lambda ctx: for_ranker.ranker(n=ctx.n_candidates, k=ctx.k)  # noqa: E731
+        ranker_factory = ranker_constraint_factory(ranker)
     return agent_factory, ranker_factory
+
+
+def ranker_constraint_factory(ranker: GenerationBackend) -> ConstraintFactory:
+    """The ranker's constraint: `<reason>` then exactly K distinct ids in 1..N (`ctx.n_candidates`, `ctx.k`)."""
+    from cosearch_cli.constrain import make_constraints
+
+    for_ranker = make_constraints({"ranker"}, ranker.tokenizer, vocab_size=_vocab_size(ranker))
+    return lambda ctx: for_ranker.ranker(n=ctx.n_candidates, k=ctx.k)
 
 
 def _vocab_size(backend) -> int | None:
@@ -385,7 +392,7 @@ def _rank(calls: list[RankerCall], searching: list[_Live], passages: dict, ranke
           stats: RolloutStats) -> None:
     """Fill permutation / chosen_ids (and the LLM ranker's tokens) of every call of this turn."""
     if config.ranker == "llm":
-        _rank_llm(calls, searching, passages, ranker_backend, config, stats)
+        rank_llm(calls, [t.question for t in searching], passages, ranker_backend, config, stats)
     for call in calls:
         if config.ranker == "none":
             call.permutation = ranking.top_k(len(call.candidate_ids), config.k)
@@ -395,20 +402,23 @@ def _rank(calls: list[RankerCall], searching: list[_Live], passages: dict, ranke
         stats.ranker_calls += 1
 
 
-def _rank_llm(calls: list[RankerCall], searching: list[_Live], passages: dict, backend: GenerationBackend,
-              config: RolloutConfig, stats: RolloutStats) -> None:
+def rank_llm(calls: list[RankerCall], questions: list[Question], passages: dict, backend: GenerationBackend,
+             config: RolloutConfig, stats: RolloutStats) -> None:
+    """Fill each call's permutation, validity and tokens from the LLM ranker (one batch); `questions[i]` is
+    the question call i searched for, `passages` maps candidate ids to passages. Also used to re-run a ranker
+    on recorded calls (cosearch_cli/ranker_quality.py), so both see the same prompt, constraint and parsing."""
     for call in calls:
         if not call.candidate_ids:  # nothing retrieved (e.g. a query of stopwords): nothing to rank or learn
             call.valid, call.error = False, "no candidates retrieved"
-    calls_with = [(c, t) for c, t in zip(calls, searching) if c.candidate_ids]
+    calls_with = [(c, q) for c, q in zip(calls, questions) if c.candidate_ids]
     if not calls_with:
         return
-    calls, searching = [c for c, _ in calls_with], [t for _, t in calls_with]
+    calls, questions = [c for c, _ in calls_with], [q for _, q in calls_with]
     tokenizer = backend.tokenizer
     requests = []
-    for call, traj in zip(calls, searching):
+    for call, question in zip(calls, questions):
         candidates = [passages[pid] for pid in call.candidate_ids]
-        prompt = ranking.prompt_ids(tokenizer, traj.question.question, call.query, candidates, config.k,
+        prompt = ranking.prompt_ids(tokenizer, question.question, call.query, candidates, config.k,
                                     config.ranker_passage_tokens)
         constraint = None
         if config.ranker_constraint is not None:
@@ -416,7 +426,7 @@ def _rank_llm(calls: list[RankerCall], searching: list[_Live], passages: dict, b
                 "ranker", tokenizer, call.turn, n_candidates=len(candidates), k=min(config.k, len(candidates))))
         call.prompt_ids = prompt
         requests.append(GenerationRequest(prompt, constraint=constraint,
-                                          seed=derive_seed(config.seed, traj.question.id, traj.sample, call.turn,
+                                          seed=derive_seed(config.seed, question.id, call.sample, call.turn,
                                                            "ranker")))
     started = time.perf_counter()
     budget = _budget(config.ranker_max_new_tokens, requests)

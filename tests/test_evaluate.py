@@ -137,6 +137,21 @@ def test_bootstrap_two_questions_by_hand():
     assert out["nq"]["share_positive"] == pytest.approx(0.75, abs=0.03)
 
 
+def test_weighted_bootstrap_of_constant_differences_is_exact():
+    # A question's value is its mean call difference, its weight its number of calls: all equal -> no spread.
+    out = paired_bootstrap({"nq": np.array([0.5, 0.5, 0.5])}, weights={"nq": np.array([1, 2, 5])}, samples=200)
+    assert out["nq"] == {"diff": 0.5, "ci_low": 0.5, "ci_high": 0.5, "share_positive": 1.0}
+
+
+def test_weighted_bootstrap_pools_calls_and_resamples_questions():
+    # q1: +1 on 1 call, q2: 0 on 3 calls. Pooled over calls the difference is 1/4 (unweighted it would be 1/2).
+    # A replicate draws two questions: q1 twice -> 1 (p 1/4), q2 twice -> 0 (p 1/4), one each -> 1/4 (p 1/2).
+    out = paired_bootstrap({"nq": np.array([1.0, 0.0])}, weights={"nq": np.array([1, 3])}, samples=4000, seed=0)
+    assert out["nq"]["diff"] == 0.25
+    assert out["nq"]["ci_low"] == 0.0 and out["nq"]["ci_high"] == 1.0
+    assert out["nq"]["share_positive"] == pytest.approx(0.75, abs=0.03)
+
+
 def test_bootstrap_groups_are_means_of_datasets_per_replicate():
     out = paired_bootstrap({"hotpotqa": np.zeros(5), "nq": np.ones(4)}, samples=100, seed=3)
     assert (out["single-hop"]["ci_low"], out["single-hop"]["ci_high"]) == (1.0, 1.0)
