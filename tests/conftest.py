@@ -59,6 +59,16 @@ def tiny_lm():
     return model, tokenizer
 
 
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, tiny_lm):
+    """The tiny random Llama saved as a Hugging Face folder, for commands that take a model path."""
+    model, tokenizer = tiny_lm
+    folder = tmp_path_factory.mktemp("tiny") / "llama"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 class ForceText:
     """A test Constraint that allows exactly one token sequence (a stand-in for real grammars)."""
 

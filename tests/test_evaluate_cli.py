@@ -123,3 +123,16 @@ def test_wrong_record_kind_and_too_many_runs(tmp_path):
     run = write_run(tmp_path / "run.jsonl", hand_run())
     one_line_error(run_cli("evaluate", run, run, run), 4, "got 3 runs")
     one_line_error(run_cli("evaluate", tmp_path / "missing.jsonl"), 3, "file not found")
+
+
+def test_evaluate_is_a_group_whose_default_is_score(tmp_path):
+    run = write_run(tmp_path / "run.jsonl", hand_run())
+    plain = run_cli("evaluate", run, "--quiet")
+    named = run_cli("evaluate", "score", run, "--quiet")
+    assert plain.exit_code == named.exit_code == 0
+    strip = lambda out: {k: v for k, v in json.loads(out).items() if k != "manifest"}  # noqa: E731
+    assert strip(plain.stdout) == strip(named.stdout)
+    options_first = run_cli("evaluate", "--quiet", run)  # an option before the run goes to `score` too
+    assert options_first.exit_code == 0 and strip(options_first.stdout) == strip(plain.stdout)
+    listing = run_cli("evaluate", "--help")
+    assert listing.exit_code == 0 and "score" in listing.stdout and "ranker" in listing.stdout

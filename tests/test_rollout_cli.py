@@ -22,15 +22,6 @@ def index_dir(tmp_path_factory, fixtures_dir):
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, tiny_lm):
-    model, tokenizer = tiny_lm
-    folder = tmp_path_factory.mktemp("tiny") / "llama"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def questions_file(tmp_path_factory, fixtures_dir):
     path = tmp_path_factory.mktemp("q") / "q.jsonl"
     path.write_text("".join((fixtures_dir / "dev.jsonl").read_text().splitlines(keepends=True)[:4]))

@@ -1,8 +1,14 @@
-"""`cosearch evaluate`: the paper's tables from rollouts, or a question-by-question comparison of two runs."""
+"""`cosearch evaluate`: the paper's tables from rollouts, a question-by-question comparison of two runs, and a
+ranker's quality on the fixed calls of one run.
+
+`cosearch evaluate RUNS...` is `cosearch evaluate score RUNS...` (the group's default command), so the
+original usage keeps working next to `evaluate ranker`.
+"""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -11,14 +17,48 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from typer.core import TyperGroup
+
 from cosearch_cli.artifacts import Reader, Writer, make_manifest, manifest_path, write_json_atomic
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Quiet, Seed, stderr
+from cosearch_cli.cli.common import Quiet, Seed, progress, stderr
 from cosearch_cli.errors import ConfigError, InputError
 from cosearch_cli.evaluate import Comparison, Evaluation, compare, evaluate, read_run
 from cosearch_cli.plots import comparison_figure, f1_figure
 
 _JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+_DEFAULT = "score"
+
+
+class _DefaultScore(TyperGroup):
+    """A group whose first argument, when it names no sub-command, goes to `score` (`evaluate run.jsonl`)."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [_DEFAULT, *args]
+        return super().parse_args(ctx, args)
+
+
+Bootstrap = Annotated[int, typer.Option(help="Paired-bootstrap replicates for comparisons.")]
+Confidence = Annotated[float, typer.Option(help="Confidence level of the bootstrap interval.")]
+Constrain = Annotated[str, typer.Option(
+    help="Constrained ranker decoding: recorded (as the rollout that made the calls did), auto (on for the "
+         "embedded model), none, or ranker.")]
+Backend = Annotated[str, typer.Option(help="Generation backend: hf (transformers) or vllm.")]
+BatchSize = Annotated[int, typer.Option(help="Ranker calls generated per batch.")]
+
+
+def check_bootstrap(bootstrap: int, confidence: float) -> None:
+    if bootstrap < 1 or not 0.0 < confidence < 1.0:
+        raise ConfigError("--bootstrap must be >= 1 and --confidence between 0 and 1",
+                          fix="e.g. --bootstrap 1000 --confidence 0.95")
+
+
+evaluate_app = typer.Typer(
+    cls=_DefaultScore, no_args_is_help=True, rich_markup_mode=None,
+    help="Score rollouts (`cosearch evaluate RUN [RUN_B]`, the same as `evaluate score`), or judge a ranker "
+         "model on the fixed ranker calls of one run (`evaluate ranker`).")
+app.add_typer(evaluate_app, name="evaluate")
 
 
 def load_run(path: str) -> tuple[list, Reader]:
@@ -84,7 +124,7 @@ def write_summary(path: str, summary: dict) -> None:
         write_json_atomic(path, summary)
 
 
-@app.command("evaluate")
+@evaluate_app.command(_DEFAULT)
 def evaluate_command(
     runs: Annotated[list[str], typer.Argument(
         help="One run to score, or two runs (A then B) to compare question by question. Each is a rollout "
@@ -101,8 +141,8 @@ def evaluate_command(
         "--yes-no-rule", help="HotpotQA's official F1 rule: when prediction or gold is yes/no/noanswer and they "
                               "differ, F1 is 0 (applied to every dataset). Off by default, as Search-R1 and "
                               "CoSearch score.")] = False,
-    bootstrap: Annotated[int, typer.Option(help="Paired-bootstrap replicates for comparisons.")] = 1000,
-    confidence: Annotated[float, typer.Option(help="Confidence level of the bootstrap interval.")] = 0.95,
+    bootstrap: Bootstrap = 1000,
+    confidence: Confidence = 0.95,
     seed: Seed = 0,
     quiet: Quiet = False,
 ) -> None:
@@ -111,14 +151,13 @@ def evaluate_command(
     compare two runs with a paired bootstrap interval per dataset.
 
     A question's score is the mean over its trajectories (greedy runs have one); groups are unweighted means
-    over datasets. The table goes to stderr; the JSON summary to stdout (or -o).
+    over datasets. The table goes to stderr; the JSON summary to stdout (or -o). `cosearch evaluate RUNS` runs
+    this command.
     """
     if len(runs) > 2:
         raise ConfigError(f"got {len(runs)} runs", fix="pass one run to score or two runs (A B) to compare; "
                                                        "quote a glob to give one run as several shards")
-    if bootstrap < 1 or not 0.0 < confidence < 1.0:
-        raise ConfigError("--bootstrap must be >= 1 and --confidence between 0 and 1",
-                          fix="e.g. --bootstrap 1000 --confidence 0.95")
+    check_bootstrap(bootstrap, confidence)
     options = {"runs": runs, "yes_no_rule": yes_no_rule, "bootstrap": bootstrap, "confidence": confidence}
     loaded = [load_run(path) for path in runs]
     hashes, upstream = {}, []
@@ -177,3 +216,112 @@ def _report_two(result: Comparison, labels: tuple[str, str], manifest: dict, out
         show(render(result.differences, columns, f"Paired comparison (B - A) - {name}"))
     summary = result.summary() | {"labels": list(labels), "manifest": manifest}
     write_summary(output, summary)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `cosearch evaluate ranker`
+
+def constrained(choice: str, records: list, model: str) -> bool:
+    """Whether the ranker decodes under the rollout's constraint: `recorded` follows the run that made the
+    calls (its `sampling.constrain`), anything else is read as rollout's --constrain for this model."""
+    from cosearch_cli.constrain import parse_roles
+
+    if choice == "recorded":
+        return any("ranker" in r.sampling.get("constrain", []) for r in records)
+    return "ranker" in parse_roles(choice, model)
+
+
+def rerank_with(model: str, calls, records: list, opened, *, constrain: str, backend: str, batch_size: int,
+                quiet: bool, label: str) -> list:
+    """Load `model`, re-run it on the fixed calls, free it; its per-call scores."""
+    from cosearch_cli.generation import load_backend
+    from cosearch_cli.ranker_quality import rerank
+
+    loaded = load_backend(model, backend)
+    with progress(quiet) as bar:
+        task = bar.add_task(f"ranking ({label})", total=len(calls.pairs))
+        scores = rerank(calls, loaded, opened.docs, constrained=constrained(constrain, records, model),
+                        batch=batch_size, on_progress=lambda n: bar.advance(task, n))
+    del loaded
+    return scores
+
+
+_ORDER_COLUMNS = [("order", "order"), ("calls", "calls"), ("calls_with_answer", "with answer"), ("hit1", "Hit@1"),
+                  ("ndcg", "nDCG@K"), ("invalid", "invalid")]
+_DIFF_COLUMNS = [("comparison", "B - A"), ("metric", "metric"), ("diff", "diff"), ("ci_low", "CI low"),
+                 ("ci_high", "CI high")]
+
+
+@evaluate_app.command("ranker")
+def ranker_command(
+    calls: Annotated[str, typer.Option(
+        help="Rollout file whose ranker calls (sub-query, question, candidates) are given again to the ranker: "
+             "usually a greedy evaluation run (runs/NAME/eval-init/rollouts.jsonl).")],
+    index: Annotated[str, typer.Option(help="The index those calls were retrieved from (passage texts).")],
+    ranker_model: Annotated[str, typer.Option(help="Ranker to judge: 'smollm2' or a local HF folder.")],
+    baseline_model: Annotated[str | None, typer.Option(
+        help="A second ranker judged on the same calls (e.g. the untrained one); B - A is then "
+             "ranker-model - baseline-model.")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="Where to write the JSON summary (a .json path, "
+                                                              "or - for stdout).")] = "-",
+    per_call: Annotated[str | None, typer.Option(
+        help="Write every call's scores here (.parquet or .jsonl): one row per call and order.")] = None,
+    constrain: Constrain = "recorded",
+    backend: Backend = "hf",
+    batch_size: BatchSize = 16,
+    bootstrap: Bootstrap = 1000,
+    confidence: Confidence = 0.95,
+    seed: Seed = 0,
+    quiet: Quiet = False,
+) -> None:
+    """Judge a ranker model on the fixed ranker calls of one run: Hit@1 and nDCG@K of answer-bearing passages.
+
+    Every call with candidates is ranked again, greedy, with the rollout's prompt, constraint and parsing and
+    the run's own K; an invalid output counts as the rollout's fallback (the retriever's top-K) and is
+    counted. Only calls with an answer-bearing candidate are scored (their number is reported). The
+    retriever's own order (what --ranker none shows) is scored on the same calls, and each difference gets a
+    paired bootstrap interval that resamples questions within datasets, a question's calls together.
+    """
+    from cosearch_cli.index import open_index
+    from cosearch_cli.ranker_quality import fixed_calls, paired_difference, quality, retriever_scores
+
+    check_bootstrap(bootstrap, confidence)
+    records, reader = load_run(calls)
+    fixed = fixed_calls(records)
+    opened = open_index(index)
+    orders = {"ranker": rerank_with(ranker_model, fixed, records, opened, constrain=constrain, backend=backend,
+                                    batch_size=batch_size, quiet=quiet, label="ranker-model")}
+    if baseline_model is not None:
+        orders["baseline"] = rerank_with(baseline_model, fixed, records, opened, constrain=constrain,
+                                         backend=backend, batch_size=batch_size, quiet=quiet,
+                                         label="baseline-model")
+    orders["retriever"] = retriever_scores(fixed)
+    pairs = [("ranker", "retriever")]
+    if baseline_model is not None:
+        pairs += [("ranker", "baseline"), ("baseline", "retriever")]
+    settings = dict(samples=bootstrap, seed=seed, confidence=confidence)
+    differences = {f"{b}_vs_{a}": {metric: paired_difference(orders[a], orders[b], metric, **settings)
+                                   for metric in ("hit1", "ndcg")} for b, a in pairs}
+    options = {"calls": calls, "index": str(Path(index).resolve()), "ranker_model": ranker_model,
+               "baseline_model": baseline_model, "constrain": constrain, "backend": backend,
+               "bootstrap": bootstrap, "confidence": confidence, "k": fixed.k}
+    manifest = make_manifest("evaluate-ranker", options, inputs=reader.hashes, seed=seed,
+                             upstream=reader.upstream + [opened.manifest])
+    summary = {"kind": "ranker_quality", "questions": fixed.questions(), "calls": len(fixed.pairs),
+               "calls_with_answer": sum(s.hit1 is not None for s in orders["retriever"]),
+               "skipped_no_candidates": fixed.skipped_no_candidates, "k": fixed.k,
+               "orders": {name: quality(scores) for name, scores in orders.items()},
+               "differences": differences,
+               "bootstrap": settings | {"resampling": "questions within each dataset, paired; a question's "
+                                                      "calls together"}}
+    if per_call:
+        rows = [asdict(s) | {"order": name} for name, scores in orders.items() for s in scores]
+        write_table(per_call, rows, manifest)
+    if not quiet:
+        show(render([{"order": name} | q for name, q in summary["orders"].items()], _ORDER_COLUMNS,
+                    f"Ranker quality on {len(fixed.pairs)} fixed calls (K = {fixed.k})"))
+        level = f"{confidence:.0%}"
+        rows = [{"comparison": name, "metric": metric} | boot.get("average", {})
+                for name, by_metric in differences.items() for metric, boot in by_metric.items()]
+        show(render(rows, _DIFF_COLUMNS, f"Paired differences on the same calls, average, {level} CI"))
+    write_summary(output, summary | {"manifest": manifest})
