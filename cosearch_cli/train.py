@@ -8,7 +8,8 @@ as an uninterrupted one with the same seed.
 
 Layout of a run folder:
     config.toml                 the resolved configuration (a rerun must match it)
-    eval-init/                  evaluation of the untrained models (rollouts.jsonl, summary.json)
+    eval-base/, warmup/         with warmup_questions: the given models' evaluation, then the warm-up checkpoint
+    eval-init/                  evaluation of the models RL starts from (rollouts.jsonl, summary.json)
     iter-0000/rollouts.jsonl    training rollouts of this iteration's questions
               grouped.jsonl     after `group`
               scored.jsonl      after `reward`
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 import random
 import shutil
 import time
@@ -119,6 +121,14 @@ class TrainConfig:
     question's groups."""
     max_draw: int = 0
     """Most questions one iteration may draw with dynamic sampling (0: 4 x questions_per_iteration)."""
+    warmup_questions: int = 0
+    """Supervised warm-up (`cosearch warmup`) on this many training questions before RL; the run then starts
+    from its checkpoint (agent, and ranker when it is the same model) and `eval-base/` evaluates the given
+    models before it. 0: no warm-up."""
+    warmup_epochs: int = 2
+    """Passes over the warm-up demonstrations."""
+    warmup_lr: float = 5e-5
+    """AdamW learning rate of the warm-up."""
     heldout_kl: int = 8
     """Sequences per role from the untrained models' dev evaluation on which each update's exact
     KL(new || old) is measured (a diagnostic; never trained on). 0: off."""
@@ -159,6 +169,8 @@ class TrainConfig:
                                      f"(n x max_turns = {largest_cluster}), so no ranker group could ever train"))
         if not 0 < self.tau <= 1:
             problems.append(("tau", f"must be in (0, 1], got {self.tau}"))
+        if self.warmup_questions < 0 or self.warmup_epochs < 1 or not self.warmup_lr > 0:
+            problems.append(("warmup_questions/warmup_epochs/warmup_lr", "must be >= 0, >= 1 and > 0"))
         if self.lr_warmup < 0 or self.max_grad_norm < 0 or self.max_draw < 0 or self.heldout_kl < 0:
             problems.append(("lr_warmup/max_grad_norm/max_draw/heldout_kl", "must be >= 0"))
         if self.norm_over not in ("batch", "trained"):
@@ -356,6 +368,10 @@ class RunPaths:
     def metrics(self) -> Path:
         return self.root / "metrics.parquet"
 
+    @property
+    def warmup(self) -> Path:
+        return self.root / "warmup"
+
 
 @dataclass
 class Models:
@@ -365,9 +381,16 @@ class Models:
     ranker: str | None
 
 
+def given_models(config: TrainConfig) -> Models:
+    """The models the run was given, before any warm-up or update."""
+    return Models(config.agent, config.ranker_model if config.ranker == "llm" else None)
+
+
 def current_models(paths: RunPaths, config: TrainConfig, upto: int) -> Models:
-    """The newest checkpoints written by iterations before `upto` (or the initial models)."""
-    models = Models(config.agent, config.ranker_model if config.ranker == "llm" else None)
+    """The newest checkpoints written by iterations before `upto` (or the warm-up's, or the given models)."""
+    models = given_models(config)
+    if (paths.warmup / "config.json").is_file():
+        models = Models(str(paths.warmup), str(paths.warmup) if models.ranker == config.agent else models.ranker)
     if agent := checkpoints(paths, "agent", upto):
         models.agent = str(agent[-1])
     if ranker := checkpoints(paths, "ranker", upto):
@@ -613,10 +636,55 @@ class Runner:
     def _reference(self, role: str):
         from cosearch_cli.models import load_causal_lm
 
-        name = self.config.agent if role == "agent" else self.config.ranker_model
+        start = current_models(self.paths, self.config, 0)
+        name = start.agent if role == "agent" else start.ranker
         if self._ref is None or self._ref[0] != name:
             self._ref = (name, load_causal_lm(name)[0])
         return self._ref[1]
+
+    # -- warm-up ----------------------------------------------------------------------------------------
+
+    def warmup(self, train_questions: Sequence[Question]) -> None:
+        """Supervised warm-up of the given agent (and of the ranker when it is the same model) on the first
+        `warmup_questions` of a shuffle of the training questions; written atomically to `warmup/`."""
+        out = self.paths.warmup
+        if (out / "config.json").is_file():
+            return
+        import torch
+
+        from cosearch_cli.models import load_causal_lm
+        from cosearch_cli.rollout import RolloutConfig
+        from cosearch_cli.warmup import DemoStats, FinetuneConfig, build_demonstrations, finetune
+
+        c = self.config
+        questions = list(itertools.islice(question_stream(train_questions, c.seed + 1, 0), c.warmup_questions))
+        torch.manual_seed(c.seed)
+        lm, tokenizer = load_causal_lm(c.agent)
+        stats = DemoStats()
+        rollout_config = RolloutConfig(n=1, max_turns=c.max_turns, top_n=c.top_n, k=c.k,
+                                       max_new_tokens=c.max_new_tokens)
+        demos = build_demonstrations(questions, index=self.index, tokenizer=tokenizer, config=rollout_config,
+                                     with_ranker=c.ranker == "llm" and c.ranker_model == c.agent, stats=stats)
+        if not demos:
+            raise NothingToDo("the warm-up found no demonstration: no question's searches showed a gold answer",
+                              fix="check that the index holds the training questions' corpus, or warmup_questions = 0")
+        self.log(f"warm-up: {stats.agent} agent and {stats.ranker} ranker demonstrations from "
+                 f"{stats.questions} training questions, {c.warmup_epochs} epoch(s)")
+        ft = FinetuneConfig(epochs=c.warmup_epochs, lr=c.warmup_lr, seed=c.seed)
+        losses = finetune(lm, demos, ft, pad_id=tokenizer.pad_token_id or 0)
+        tmp = out.with_name(f".warmup.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            lm.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            manifest = self.manifest("warmup", models=given_models(c), finetune=asdict(ft),
+                                     demonstrations=asdict(stats), questions=[q.id for q in questions],
+                                     losses={"first": losses[0], "last": losses[-1], "steps": len(losses)})
+            write_json_atomic(tmp / "warmup.manifest.json", manifest)
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.log(f"warm-up: {len(losses)} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
 
     # -- evaluation -------------------------------------------------------------------------------------
 
@@ -644,6 +712,12 @@ class Runner:
             raise ConfigError(f"{len(overlap)} dev question(s) are also training questions, e.g. "
                               f"{sorted(overlap)[0]!r}", fix="evaluate on questions never trained on")
         dev = eval_questions(dev, c.eval_limit)
+        if c.warmup_questions:
+            if c.eval_init:
+                self.log("evaluating the given models before the warm-up")
+                base = self.evaluate(self.paths.root / "eval-base", given_models(c), dev)
+                write_json_atomic(self.paths.root / "eval-base" / "metrics.json", _eval_row(-1, base))
+            self.warmup(train_questions)
         if c.eval_init:
             self.log("evaluating the untrained models")
             init = self.evaluate(self.paths.root / "eval-init", current_models(self.paths, c, 0), dev)

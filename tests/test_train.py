@@ -254,3 +254,25 @@ def test_metrics_log_has_the_update_diagnostics(tmp_path, tiny_model_dir, monkey
     assert row["agent_lr"] == pytest.approx(cfg.lr / 2)
     assert row["agent_adv_token_share"] == 1.0  # every member has a non-zero advantage
     assert row["agent_kl_batch"] > 0 and row["agent_kl_heldout"] > 0
+
+
+def test_warmup_runs_first_and_the_run_starts_from_it(tmp_path, tiny_model_dir):
+    from cosearch_cli import train as training
+
+    cfg = _config(tmp_path, tiny_model_dir, iterations=1, warmup_questions=3, warmup_epochs=1, kl_coef=0.001)
+    runner = training.Runner(cfg)
+    root = runner.run()
+    warm = root / "warmup"
+    manifest = orjson.loads((warm / "warmup.manifest.json").read_bytes())
+    assert (warm / "model.safetensors").is_file() and manifest["options"]["demonstrations"]["questions"] == 3
+    assert (root / "eval-base" / "summary.json").is_file() and (root / "eval-init" / "summary.json").is_file()
+    # eval-base ran the given model, eval-init and the first iteration the warm-up checkpoint
+    assert orjson.loads((root / "eval-base" / "rollouts.manifest.json").read_bytes())["options"]["models"][
+        "agent"] == str(tiny_model_dir)
+    assert orjson.loads((root / "eval-init" / "rollouts.manifest.json").read_bytes())["options"]["models"][
+        "agent"] == str(warm)
+    models = training.current_models(runner.paths, cfg, 0)
+    assert (models.agent, models.ranker) == (str(warm), str(warm))
+    assert runner._reference("agent") is not None and runner._ref[0] == str(warm)
+    with pytest.raises(ConfigError, match="warmup"):
+        _config(tmp_path / "c", tiny_model_dir, warmup_epochs=0)
