@@ -6,7 +6,9 @@ How a number is made (also in README.md):
   question weighs the same whatever G is. Search turns and format failures are averaged the same way.
 - A dataset scores the mean over its questions. Ranker figures are pooled over the dataset's ranker calls:
   Hit@k = share of calls whose first k chosen passages include one that contains a gold answer
-  (DPR has_answer, recorded by the rollout as candidate_has_answer), invalid = share of invalid outputs.
+  (DPR has_answer, recorded by the rollout as candidate_has_answer); no_candidates = share of calls whose
+  sub-query retrieved nothing (no ranker ran; they show nothing, so they count as misses in Hit@k);
+  invalid = share of invalid outputs among the calls that had candidates to rank.
 - Single-hop (NQ, TriviaQA, PopQA), multi-hop (HotpotQA, 2Wiki, MuSiQue, Bamboogle) and the average are
   unweighted means over the datasets present, as in the paper's tables (e.g. Table 1's 7B average
   .546 = (3 x .600 + 4 x .506) / 7).
@@ -111,7 +113,8 @@ class QuestionScore:
     searches: float
     format_ok: float  # share of trajectories that passed the format check
     ranker_calls: int
-    invalid_calls: int
+    empty_calls: int  # calls that retrieved no candidates: nothing was ranked
+    invalid_calls: int  # invalid outputs among the calls with candidates
     calls_with_answer: int  # calls where some candidate contains a gold answer
     hits: dict[int, int] = field(default_factory=dict)  # k -> calls whose top-k chosen hold an answer
 
@@ -155,7 +158,8 @@ def score_question(record: RolloutRecord, *, yes_no_rule: bool = False) -> Quest
         searches=sum(t.n_searches for t in trajectories) / n,
         format_ok=sum(t.format_ok for t in trajectories) / n,
         ranker_calls=len(record.ranker_calls),
-        invalid_calls=sum(not c.valid for c in record.ranker_calls),
+        empty_calls=sum(c.no_candidates for c in record.ranker_calls),
+        invalid_calls=sum(not c.valid and not c.no_candidates for c in record.ranker_calls),
         calls_with_answer=sum(c.any_has_answer for c in record.ranker_calls),
         hits=hits,
     )
@@ -184,13 +188,15 @@ def dataset_row(dataset: str, scores: Sequence[QuestionScore]) -> dict:
     row["ranker_calls"] = calls
     for k in HITS_AT:
         row[f"hit@{k}"] = sum(s.hits[k] for s in scores) / calls if calls else None
-    row["invalid"] = sum(s.invalid_calls for s in scores) / calls if calls else None
+    empty = sum(s.empty_calls for s in scores)
+    row["no_candidates"] = empty / calls if calls else None
+    row["invalid"] = sum(s.invalid_calls for s in scores) / (calls - empty) if calls > empty else None
     row["answer_in_candidates"] = sum(s.calls_with_answer for s in scores) / calls if calls else None
     return row
 
 
 _GROUP_AVERAGED = ANSWER_METRICS + ("searches", "format_fail") + tuple(f"hit@{k}" for k in HITS_AT) + (
-    "invalid", "answer_in_candidates")
+    "no_candidates", "invalid", "answer_in_candidates")
 
 
 def group_rows(dataset_rows: Sequence[dict], *, averaged: Sequence[str] = _GROUP_AVERAGED,

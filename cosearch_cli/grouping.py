@@ -5,9 +5,10 @@ Agent: one group per question, its G trajectories, id "<question_id>/agent", mem
 Ranker: the ranker's inputs differ across trajectories, so groups are formed from similar calls:
   1. every ranker call of one question, taken in (sample, turn) order so the result does not depend on how
      the rollout wrote them;
-  2. calls whose trajectory failed the agent's format check, and calls not made by a trainable ranker model
-     (ranker "none" or "oracle"), are set aside *before* clustering so they cannot change group sizes; they go
-     to a pseudo-group "<question_id>/ranker/excluded/<why>" that is never kept;
+  2. calls that retrieved no candidates (nothing was ranked), calls whose trajectory failed the agent's format
+     check, and calls not made by a trainable ranker model (ranker "none" or "oracle") are set aside *before*
+     clustering so they cannot change group sizes or their peers' advantages; they go to a pseudo-group
+     "<question_id>/ranker/excluded/<why>" that is never kept and get no reward;
   3. the rest split into "easy" (some candidate contains a gold answer) and "hard";
   4. within each split, greedy clustering of normalised sub-queries: a call joins the first cluster whose
      representative (its first member) has unigram F1 >= tau with it, else starts a new cluster;
@@ -22,6 +23,7 @@ advantages.py), which turns such groups to kept=False with reason "all-equal-rew
 Reasons a group is not kept (GroupInfo.reason), stable strings for counting:
   singleton             one member: no comparison is possible
   below-kmin            fewer members than k_min asks
+  no-candidates         pseudo-group of ranker calls whose sub-query retrieved nothing
   agent-format-failure  pseudo-group of ranker calls from trajectories that failed the format check
   not-trained-ranker    pseudo-group of calls made without a trainable ranker (ranker "none"/"oracle")
   all-equal-rewards     (set by the reward stage) every member got the same reward
@@ -40,6 +42,8 @@ from cosearch_cli.records import GroupInfo, RankerCall, RolloutRecord
 AGENT, RANKER = "agent", "ranker"
 SINGLETON, BELOW_KMIN = "singleton", "below-kmin"
 FORMAT_FAILURE, NOT_TRAINED = "agent-format-failure", "not-trained-ranker"
+NO_CANDIDATES = "no-candidates"
+SET_ASIDE = (NO_CANDIDATES, FORMAT_FAILURE, NOT_TRAINED)  # reasons of the pseudo-groups made before clustering
 TRAINED_RANKER = "llm"
 
 
@@ -160,10 +164,12 @@ def _agent_group(record: RolloutRecord) -> GroupInfo:
 def _ranker_groups(record: RolloutRecord, config: GroupConfig) -> list[GroupInfo]:
     qid = record.question_id
     format_ok = {t.sample: t.format_ok for t in record.trajectories}
-    excluded: dict[str, list[RankerCall]] = {FORMAT_FAILURE: [], NOT_TRAINED: []}
+    excluded: dict[str, list[RankerCall]] = {why: [] for why in SET_ASIDE}
     splits: dict[str, list[RankerCall]] = {"easy": [], "hard": []}
     for call in sorted(record.ranker_calls, key=lambda c: (c.sample, c.turn)):
-        if not format_ok[call.sample]:
+        if call.no_candidates:
+            excluded[NO_CANDIDATES].append(call)
+        elif not format_ok[call.sample]:
             excluded[FORMAT_FAILURE].append(call)
         elif call.ranker != TRAINED_RANKER:
             excluded[NOT_TRAINED].append(call)
@@ -258,10 +264,14 @@ def check_grouped(record: RolloutRecord, path: str, line: int) -> None:
         if traj.group is None or str(traj.sample) not in grouped:
             raise RecordError(f"trajectory sample {traj.sample} is in no group", path=path, line=line,
                               fix="regroup with `cosearch group`")
+    aside = {m for g in record.groups if g.reason in SET_ASIDE for m in g.members}
     for call in record.ranker_calls:
         if call.group is None or call.id not in grouped:
             raise RecordError(f"ranker call {call.id!r} is in no group", path=path, line=line,
                               fix="regroup with `cosearch group`")
+        if call.no_candidates and call.id not in aside:
+            raise RecordError(f"ranker call {call.id!r} retrieved no candidates but is grouped for training",
+                              path=path, line=line, fix="regroup with `cosearch group` (it sets such calls aside)")
 
 
 # --- reporting ----------------------------------------------------------------------------------------------
@@ -283,7 +293,7 @@ def describe_groups(groups: Iterable[tuple[str, list[GroupInfo]]]) -> str:
     excluded = Counter()
     for _, question_groups in groups:
         for g in question_groups:
-            if g.reason in (FORMAT_FAILURE, NOT_TRAINED):
+            if g.reason in SET_ASIDE:
                 excluded[g.reason] += len(g.members)
                 continue
             formed[g.role] += 1

@@ -285,13 +285,14 @@ def table1_markdown(table: Sequence[dict]) -> str:
 
 def datasets_markdown(evaluations: dict[str, Evaluation]) -> str:
     names = [r["dataset"] for r in next(iter(evaluations.values())).datasets]
-    head = "| ranker | " + " | ".join(names) + " | searches | fmt fail | Hit@1 | Hit@5 | invalid | ans in cands |"
-    lines = [head, "|" + "---|" * (len(names) + 7)]
+    head = ("| ranker | " + " | ".join(names)
+            + " | searches | fmt fail | Hit@1 | Hit@5 | no cands | invalid | ans in cands |")
+    lines = [head, "|" + "---|" * (len(names) + 8)]
     for half, ev in evaluations.items():
         f1 = {r["dataset"]: r["f1"] for r in ev.datasets}
         avg = ev.group("average")
         cells = [_num(f1.get(n)) for n in names] + [_num(avg[k]) for k in (
-            "searches", "format_fail", "hit@1", "hit@5", "invalid", "answer_in_candidates")]
+            "searches", "format_fail", "hit@1", "hit@5", "no_candidates", "invalid", "answer_in_candidates")]
         lines.append(f"| {half} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -127,6 +127,11 @@ class RankerCall:
     def any_has_answer(self) -> bool:
         return any(self.candidate_has_answer)
 
+    @property
+    def no_candidates(self) -> bool:
+        """The retriever returned nothing (e.g. a sub-query of stopwords): no ranker ran, nothing to learn."""
+        return not self.candidate_ids
+
 
 @dataclass
 class GroupInfo:

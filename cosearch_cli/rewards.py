@@ -18,7 +18,8 @@ Ranker, per call (fields recorded in RankerCall.reward_parts):
           r_main too). No candidate contains the answer: r_main ("main-only").
   penalty an invalid output adds the invalid penalty (-0.2). In the official variant an invalid output with no
           answer-bearing candidate gets only the penalty ("penalty-only"), without r_main.
-Calls set aside by grouping (agent format failure, no trainable ranker) get no reward: they do not train.
+Calls set aside by grouping (no candidates retrieved, agent format failure, no trainable ranker) get no reward:
+they do not train, and a call that ranked nothing is neither rewarded nor penalised.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from cosearch_cli.errors import ConfigError
 from cosearch_cli.generation.base import GenerationBackend, GenerationRequest, SamplingSettings
-from cosearch_cli.grouping import FORMAT_FAILURE, NOT_TRAINED, chosen_indices
+from cosearch_cli.grouping import SET_ASIDE, chosen_indices
 from cosearch_cli.metrics import answer_scores, token_f1
 from cosearch_cli.records import RankerCall, RolloutRecord, Trajectory
 
@@ -160,7 +161,7 @@ def score_record(record: RolloutRecord, config: RewardConfig,
         ev = evidence_f1.get(traj.sample) if evidence_f1 is not None else None
         traj.reward, traj.scores = agent_reward(traj, record.answers, config, ev)
         answer_f1[traj.sample] = traj.scores["f1"]
-    excluded = {m for g in record.groups if g.reason in (FORMAT_FAILURE, NOT_TRAINED) for m in g.members}
+    excluded = {m for g in record.groups if g.reason in SET_ASIDE for m in g.members}
     for call in record.ranker_calls:
         if call.id in excluded:
             call.reward, call.reward_parts = None, {}

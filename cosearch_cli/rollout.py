@@ -176,7 +176,8 @@ class RolloutStats:
     agent_tokens: int = 0
     ranker_tokens: int = 0
     ranker_calls: int = 0
-    ranker_invalid: int = 0
+    ranker_no_candidates: int = 0  # calls whose sub-query retrieved nothing: no ranker ran
+    ranker_invalid: int = 0  # llm outputs that failed the strict parse (calls with candidates only)
     trajectories: int = 0
     format_failures: int = 0
 
@@ -400,6 +401,7 @@ def _rank(calls: list[RankerCall], searching: list[_Live], passages: dict, ranke
             call.permutation = ranking.oracle(call.candidate_has_answer, config.k)
         call.chosen_ids = [call.candidate_ids[i] for i in call.permutation]
         stats.ranker_calls += 1
+        stats.ranker_no_candidates += call.no_candidates
 
 
 def rank_llm(calls: list[RankerCall], questions: list[Question], passages: dict, backend: GenerationBackend,

@@ -807,7 +807,8 @@ UPDATE_METRICS = ("loss", "kl", "clip_frac", "entropy", "grad_norm", "grad_norm_
 def _train_row(rolled: Sequence[RolloutRecord], scored: Sequence[RolloutRecord]) -> dict:
     trajectories = [t for r in scored for t in r.trajectories]
     calls = [c for r in rolled for c in r.ranker_calls]
-    valid = [c for c in calls if c.valid]
+    ranked = [c for c in calls if not c.no_candidates]
+    valid = [c for c in ranked if c.valid]
     k = max((len(c.chosen_ids) for c in calls), default=0)
     hits = [float(any(c.candidate_has_answer[j] for j in c.permutation[:k])) for c in valid]
     kept = [g for r in scored for g in r.groups if g.kept]
@@ -817,7 +818,8 @@ def _train_row(rolled: Sequence[RolloutRecord], scored: Sequence[RolloutRecord])
         "format_ok": _mean([float(t.format_ok) for t in trajectories]),
         "search_turns": _mean([float(t.n_searches) for t in trajectories]),
         "ranker_calls": len(calls),
-        "ranker_valid": _mean([float(c.valid) for c in calls]),
+        "ranker_no_candidates": len(calls) - len(ranked),
+        "ranker_valid": _mean([float(c.valid) for c in ranked]),
         "ranker_hit_at_k": _mean(hits),
         "agent_groups_kept": sum(g.role == "agent" for g in kept),
         "ranker_groups_kept": sum(g.role == "ranker" for g in kept),

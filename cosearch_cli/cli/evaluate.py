@@ -91,7 +91,8 @@ def render(rows: list[dict], columns: list[tuple[str, str]], title: str) -> Tabl
 
 _RUN_COLUMNS = [("dataset", "dataset"), ("questions", "n"), ("em", "EM"), ("f1", "F1"), ("subem", "SubEM"),
                 ("searches", "searches"), ("format_fail", "fmt fail"), ("hit@1", "Hit@1"), ("hit@3", "Hit@3"),
-                ("hit@5", "Hit@5"), ("invalid", "invalid"), ("answer_in_candidates", "ans in cands")]
+                ("hit@5", "Hit@5"), ("no_candidates", "no cands"), ("invalid", "invalid"),
+                ("answer_in_candidates", "ans in cands")]
 
 
 def show(table: Table) -> None:
@@ -147,7 +148,8 @@ def evaluate_command(
     quiet: Quiet = False,
 ) -> None:
     """Score rollouts as the papers report them (EM, F1, SubEM per dataset; single-hop / multi-hop / average;
-    search turns; ranker Hit@1/3/5 of the observations; invalid ranker outputs; agent format failures), or
+    search turns; ranker Hit@1/3/5 of the observations; calls with no candidates; invalid ranker outputs among
+    the calls with candidates; agent format failures), or
     compare two runs with a paired bootstrap interval per dataset.
 
     A question's score is the mean over its trajectories (greedy runs have one); groups are unweighted means

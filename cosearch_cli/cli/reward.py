@@ -46,6 +46,7 @@ class RewardTally:
     agent: dict = field(default_factory=lambda: {"reward": [0.0, 0], "F1": [0.0, 0], "EM": [0.0, 0],
                                                  "SubEM": [0.0, 0], "evidence F1": [0.0, 0]})
     calls: int = 0
+    no_candidates: int = 0
     invalid: int = 0
     ranker_reward: list = field(default_factory=lambda: [0.0, 0])
     branches: Counter = field(default_factory=Counter)
@@ -62,6 +63,7 @@ class RewardTally:
                     self.agent[name][1] += 1
         for c in record.ranker_calls:
             self.calls += 1
+            self.no_candidates += c.no_candidates
             if c.reward is not None:
                 self.invalid += not c.valid
                 self.ranker_reward[0] += c.reward
@@ -75,8 +77,9 @@ class RewardTally:
         means = ", ".join(f"{name} {mean(tc)}" for name, tc in self.agent.items() if tc[1])
         branches = ", ".join(f"{n:,} {b}" for b, n in sorted(self.branches.items())) or "none"
         return (f"agent: {self.trajectories:,} trajectories, {self.format_failures:,} format failures, mean "
-                f"{means}\nranker: {self.calls:,} calls, {self.ranker_reward[1]:,} scored ({self.invalid:,} "
-                f"invalid outputs), mean reward {mean(self.ranker_reward)}, branches: {branches}")
+                f"{means}\nranker: {self.calls:,} calls ({self.no_candidates:,} with no candidates, not scored), "
+                f"{self.ranker_reward[1]:,} scored ({self.invalid:,} invalid outputs), mean reward "
+                f"{mean(self.ranker_reward)}, branches: {branches}")
 
 
 def _chunks(records: Iterable, size: int) -> Iterator[list]:

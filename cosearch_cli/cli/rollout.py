@@ -145,8 +145,10 @@ def rollout(
 def summary(stats) -> str:
     spent = stats.agent_seconds + stats.ranker_seconds + stats.retrieval_seconds
     rate = (stats.agent_tokens + stats.ranker_tokens) / spent if spent else 0.0
-    invalid = f", {stats.ranker_invalid}/{stats.ranker_calls} invalid" if stats.ranker_tokens else ""
+    ranked = stats.ranker_calls - stats.ranker_no_candidates
+    empty = f" ({stats.ranker_no_candidates} with no candidates)" if stats.ranker_no_candidates else ""
+    invalid = f", {stats.ranker_invalid}/{ranked} invalid" if stats.ranker_tokens else ""
     return (f"{stats.trajectories} trajectories, {stats.format_failures} format failures; ranker calls "
-            f"{stats.ranker_calls}{invalid}; {stats.agent_tokens + stats.ranker_tokens} tokens at {rate:.1f}/s; "
-            f"agent {stats.agent_seconds:.1f} s, ranker {stats.ranker_seconds:.1f} s, retrieval "
+            f"{stats.ranker_calls}{empty}{invalid}; {stats.agent_tokens + stats.ranker_tokens} tokens at "
+            f"{rate:.1f}/s; agent {stats.agent_seconds:.1f} s, ranker {stats.ranker_seconds:.1f} s, retrieval "
             f"{stats.retrieval_seconds:.1f} s")
