@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 import orjson
 import pytest
 from conftest import run_cli
@@ -13,6 +13,7 @@ from test_evaluate import make_record
 from test_evaluate_cli import one_line_error
 
 from cosearch_cli.errors import InputError
+from cosearch_cli.gains import compare_runs
 from cosearch_cli.generation.base import Generation
 from cosearch_cli.generation.hf import HFBackend
 from cosearch_cli.ranker_quality import (fixed_calls, hit_at_1, ndcg_at_k, paired_difference, quality,
@@ -46,14 +47,14 @@ def hand_records():
     """q1 (nq): two counted calls; q2 (nq): one call without an answer-bearing candidate; q3 (hotpotqa): one
     counted call; q4 (nq): a call without candidates. Each call: (candidate_has_answer, permutation, valid)."""
     return [
-        make_record("q1", "nq", ["a"], [("a", 2, True)], [([False, True, False], [1, 0], True),
+        make_record("q1", "nq", ["x"], [("x", 2, True)], [([False, True, False], [1, 0], True),
                                                          ([True, False, False], [1, 0], True)], ranker="llm",
                     sampling={"k": 2}),
-        make_record("q2", "nq", ["a"], [("b", 1, True)], [([False, False, False], [2, 1], False)], ranker="llm",
+        make_record("q2", "nq", ["x"], [("y", 1, True)], [([False, False, False], [2, 1], False)], ranker="llm",
                     sampling={"k": 2}),
-        make_record("q3", "hotpotqa", ["a"], [("a", 1, True)], [([False, False, True], [2, 0], True)],
+        make_record("q3", "hotpotqa", ["x"], [("x", 1, True)], [([False, False, True], [2, 0], True)],
                     ranker="llm", sampling={"k": 2}),
-        make_record("q4", "nq", ["a"], [(None, 1, False)], [([], [], False)], ranker="llm", sampling={"k": 2}),
+        make_record("q4", "nq", ["x"], [(None, 1, False)], [([], [], False)], ranker="llm", sampling={"k": 2}),
     ]
 
 
@@ -223,9 +224,13 @@ def test_a_ranker_judged_on_another_index_is_refused(tiny_lm, recorded):
 # --- the command ---------------------------------------------------------------------------------------------
 
 
+def write_records(path, records):
+    path.write_bytes(b"".join(orjson.dumps(asdict(r)) + b"\n" for r in records))
+    return path
+
+
 def test_evaluate_ranker_command(tmp_path, index_dir, tiny_dir, recorded, one_torch_thread):
-    calls_file = tmp_path / "eval.jsonl"
-    calls_file.write_bytes(b"".join(orjson.dumps(asdict(r)) + b"\n" for r in recorded))
+    calls_file = write_records(tmp_path / "eval.jsonl", recorded)
     result = run_cli("evaluate", "ranker", "--calls", calls_file, "--index", index_dir, "--ranker-model", tiny_dir,
                      "--baseline-model", tiny_dir, "--per-call", tmp_path / "calls.parquet", "--bootstrap", "100")
     assert result.exit_code == 0, result.stderr
@@ -251,8 +256,7 @@ def test_evaluate_ranker_command(tmp_path, index_dir, tiny_dir, recorded, one_to
 
 
 def test_evaluate_ranker_errors(tmp_path, index_dir, tiny_dir, recorded):
-    calls_file = tmp_path / "eval.jsonl"
-    calls_file.write_bytes(b"".join(orjson.dumps(asdict(r)) + b"\n" for r in recorded))
+    calls_file = write_records(tmp_path / "eval.jsonl", recorded)
     one_line_error(run_cli("evaluate", "ranker", "--calls", calls_file, "--index", tmp_path / "nowhere",
                            "--ranker-model", tiny_dir), 6, "no index folder")
     questions = tmp_path / "questions.jsonl"
@@ -261,3 +265,58 @@ def test_evaluate_ranker_errors(tmp_path, index_dir, tiny_dir, recorded):
                            tiny_dir), 3, "questions.jsonl:1:", "expected a rollout record")
     one_line_error(run_cli("evaluate", "ranker", "--calls", calls_file, "--index", index_dir, "--ranker-model",
                            tiny_dir, "--bootstrap", "0"), 4, "--bootstrap")
+
+
+# --- before vs after ---------------------------------------------------------------------------------------
+
+
+def test_compare_runs_by_hand():
+    before = hand_records()
+    after = hand_records()
+    after[1].trajectories[0].answer = "x"  # q2 (nq) now right
+    calls = fixed_calls(before)
+    report = compare_runs(before, after, calls=calls, ranker_before=None, ranker_after=recorded_scores(calls),
+                          samples=4000, seed=0)
+    # Agent F1: nq = mean(q1 1, q2 0, q4 0) = 1/3 -> 2/3; hotpotqa (q3) 1; average over the two datasets.
+    assert report["questions"] == 4
+    assert report["agent_f1_before"] == pytest.approx(2 / 3) and report["agent_f1_after"] == pytest.approx(5 / 6)
+    assert report["agent_f1_gain"] == pytest.approx(1 / 6) and report["agent_em_gain"] == pytest.approx(1 / 6)
+    # nq's differences are (0, 1, 0): a replicate's nq mean is 0 with p 8/27 and 1 with p 1/27 (> 2.5%), and
+    # the average is half of it (hotpotqa adds 0), so the interval is [0, 1/2].
+    assert report["agent_f1_gain_ci"] == pytest.approx([0.0, 0.5])
+    # Ranker: before = no model (the retriever's order), after = the recorded choices (test above by hand).
+    assert report["ranker_hit1_before"] == report["retriever_hit1"] == 0.25 and report["ranker_hit1_after"] == 0.75
+    assert report["ranker_hit1_gain"] == 0.5 and report["ranker_hit1_gain_ci"] == [0.5, 0.5]
+    assert report["ranker_vs_retriever"] == 0.5 and report["ranker_vs_retriever_ci"] == [0.5, 0.5]
+    assert report["ranker_before_vs_retriever_ci"] == [0.0, 0.0]
+    assert report["ranker_ndcg_after"] == pytest.approx(((1 + 1 / L3) / 2 + 1) / 2)
+    assert report["ranker_counts"] == {"questions": 3, "calls": 4, "calls_with_answer": 3, "skipped_no_candidates": 1,
+                                       "k": 2, "invalid_before": 0, "invalid_after": 1}
+    no_ranker = compare_runs(before, after, samples=100)
+    assert no_ranker["ranker_hit1_after"] is None and no_ranker["ranker_vs_retriever_ci"] is None
+    assert no_ranker["agent_f1_gain"] == report["agent_f1_gain"]
+
+
+def test_evaluate_compare_command(tmp_path, index_dir, tiny_dir, recorded, one_torch_thread):
+    before = write_records(tmp_path / "before.jsonl", recorded)
+    better = [replace(r, trajectories=[replace(t, answer=r.answers[0]) for t in r.trajectories]) for r in recorded]
+    after = write_records(tmp_path / "after.jsonl", better)
+    agent_only = run_cli("evaluate", "compare", before, after, "--bootstrap", "200")
+    assert agent_only.exit_code == 0, agent_only.stderr
+    report = json.loads(agent_only.stdout)
+    assert report["kind"] == "learning_gain" and report["agent_f1_after"] == 1.0
+    assert report["agent_f1_gain_ci"][0] > 0 and report["ranker_hit1_before"] is None
+    assert "Before vs after" in agent_only.stderr
+
+    result = run_cli("evaluate", "compare", before, after, "--index", index_dir, "--ranker-before", tiny_dir,
+                     "--ranker-after", tiny_dir, "--bootstrap", "200", "-o", tmp_path / "gain.json", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads((tmp_path / "gain.json").read_text())
+    # the same model on the same calls: no gain, and exactly the recorded choices (the run was constrained)
+    assert report["ranker_hit1_before"] == report["ranker_hit1_after"]
+    assert report["ranker_hit1_gain_ci"] == [0.0, 0.0]
+    assert report["ranker_hit1_after"] == quality(recorded_scores(fixed_calls(recorded)))["hit1"]
+    assert report["ranker_counts"]["calls"] == len(recorded) and report["ranker_counts"]["invalid_after"] == 0
+    assert report["manifest"]["stage"] == "evaluate-compare"
+    one_line_error(run_cli("evaluate", "compare", before, after, "--ranker-after", tiny_dir), 4, "need --index")
+    one_line_error(run_cli("evaluate", "compare", before, tmp_path / "none.jsonl"), 3, "file not found")

@@ -39,6 +39,8 @@ class _DefaultScore(TyperGroup):
         return super().parse_args(ctx, args)
 
 
+SummaryOutput = Annotated[str, typer.Option("--output", "-o",
+                                            help="Where to write the JSON summary (a .json path, or - for stdout).")]
 Bootstrap = Annotated[int, typer.Option(help="Paired-bootstrap replicates for comparisons.")]
 Confidence = Annotated[float, typer.Option(help="Confidence level of the bootstrap interval.")]
 Constrain = Annotated[str, typer.Option(
@@ -130,8 +132,7 @@ def evaluate_command(
     runs: Annotated[list[str], typer.Argument(
         help="One run to score, or two runs (A then B) to compare question by question. Each is a rollout "
              "file (.jsonl/.parquet), a quoted glob of one run's shards, or - for stdin.")],
-    output: Annotated[str, typer.Option("--output", "-o",
-                                        help="Where to write the JSON summary (a .json path, or - for stdout).")] = "-",
+    output: SummaryOutput = "-",
     per_question: Annotated[str | None, typer.Option(
         help="Write per-question scores here (.parquet or .jsonl); for two runs: A, B and B - A.")] = None,
     per_dataset: Annotated[str | None, typer.Option(
@@ -264,8 +265,7 @@ def ranker_command(
     baseline_model: Annotated[str | None, typer.Option(
         help="A second ranker judged on the same calls (e.g. the untrained one); B - A is then "
              "ranker-model - baseline-model.")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="Where to write the JSON summary (a .json path, "
-                                                              "or - for stdout).")] = "-",
+    output: SummaryOutput = "-",
     per_call: Annotated[str | None, typer.Option(
         help="Write every call's scores here (.parquet or .jsonl): one row per call and order.")] = None,
     constrain: Constrain = "recorded",
@@ -327,3 +327,104 @@ def ranker_command(
                 for name, by_metric in differences.items() for metric, boot in by_metric.items()]
         show(render(rows, _DIFF_COLUMNS, f"Paired differences on the same calls, average, {level} CI"))
     write_summary(output, summary | {"manifest": manifest})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# `cosearch evaluate compare`
+
+_GAIN_ROWS = [("agent F1", "agent_f1"), ("agent EM", "agent_em"), ("ranker Hit@1", "ranker_hit1"),
+              ("ranker nDCG@K", "ranker_ndcg")]
+
+
+def _gain_rows(report: dict) -> list[dict]:
+    rows = []
+    for label, key in _GAIN_ROWS:
+        if report.get(f"{key}_before") is None:
+            continue
+        low, high = report[f"{key}_gain_ci"] or (None, None)
+        rows.append({"figure": label, "before": report[f"{key}_before"], "after": report[f"{key}_after"],
+                     "gain": report[f"{key}_gain"], "ci_low": low, "ci_high": high})
+    if report.get("retriever_hit1") is not None:
+        for label, key in (("after - retriever Hit@1", "ranker_vs_retriever"),
+                           ("before - retriever Hit@1", "ranker_before_vs_retriever")):
+            low, high = report[f"{key}_ci"] or (None, None)
+            rows.append({"figure": label, "before": report["retriever_hit1"], "gain": report[key], "ci_low": low,
+                         "ci_high": high})
+    return rows
+
+
+@evaluate_app.command("compare")
+def compare_command(
+    before: Annotated[str, typer.Argument(help="Greedy evaluation rollouts of the models before training.")],
+    after: Annotated[str, typer.Argument(help="Greedy evaluation rollouts of the trained models, same questions.")],
+    index: Annotated[str | None, typer.Option(
+        help="The index the rollouts searched; needed for the ranker figures (without it only the agent's are "
+             "given).")] = None,
+    ranker_before: Annotated[str | None, typer.Option(
+        help="The ranker model before training ('smollm2' or a local HF folder; default: none, i.e. the "
+             "retriever's order, as a run without an LLM ranker shows).")] = None,
+    ranker_after: Annotated[str | None, typer.Option(
+        help="The trained ranker model (default: none, the retriever's order).")] = None,
+    calls: Annotated[str, typer.Option(
+        help="The ranker calls both rankers are judged on: before (BEFORE's calls: the untrained agent's "
+             "sub-queries), after, or a rollout file (e.g. one set of calls for several presets).")] = "before",
+    output: SummaryOutput = "-",
+    yes_no_rule: Annotated[bool, typer.Option("--yes-no-rule", help="HotpotQA's yes/no F1 rule (see "
+                                                                    "`evaluate score`).")] = False,
+    constrain: Constrain = "recorded",
+    backend: Backend = "hf",
+    batch_size: BatchSize = 16,
+    bootstrap: Bootstrap = 1000,
+    confidence: Confidence = 0.95,
+    seed: Seed = 0,
+    quiet: Quiet = False,
+) -> None:
+    """Before vs after training on held-out questions: agent F1/EM and the ranker's Hit@1/nDCG@K on fixed
+    calls, each gain with a paired bootstrap interval, and each ranker against the retriever's own order.
+
+    The JSON report holds questions, agent_f1_before, agent_f1_after, agent_f1_gain_ci [low, high], the same
+    for EM, ranker_hit1_before, ranker_hit1_after, ranker_hit1_gain_ci, retriever_hit1,
+    ranker_vs_retriever_ci (trained ranker - retriever), the nDCG figures and the counts of calls.
+    """
+    from cosearch_cli.gains import compare_runs
+    from cosearch_cli.ranker_quality import fixed_calls
+
+    check_bootstrap(bootstrap, confidence)
+    if index is None and (ranker_before or ranker_after):
+        raise ConfigError("--ranker-before/--ranker-after need --index (the passages of the calls)",
+                          fix="pass the index the rollouts searched")
+    (records_before, reader_before), (records_after, reader_after) = load_run(before), load_run(after)
+    upstream = reader_before.upstream + reader_after.upstream
+    hashes = reader_before.hashes | reader_after.hashes
+    fixed = scores_before = scores_after = None
+    if index is not None:
+        from cosearch_cli.index import open_index
+
+        if calls in ("before", "after"):
+            source = records_before if calls == "before" else records_after
+        else:
+            source, reader_calls = load_run(calls)
+            upstream += reader_calls.upstream
+            hashes |= reader_calls.hashes
+        fixed = fixed_calls(source)
+        opened = open_index(index)
+        upstream.append(opened.manifest)
+        common = dict(constrain=constrain, backend=backend, batch_size=batch_size, quiet=quiet)
+        if ranker_before is not None:
+            scores_before = rerank_with(ranker_before, fixed, source, opened, label="ranker-before", **common)
+        if ranker_after is not None:
+            scores_after = rerank_with(ranker_after, fixed, source, opened, label="ranker-after", **common)
+    report = compare_runs(records_before, records_after, calls=fixed, ranker_before=scores_before,
+                          ranker_after=scores_after, samples=bootstrap, seed=seed, confidence=confidence,
+                          yes_no_rule=yes_no_rule)
+    options = {"before": before, "after": after, "index": str(Path(index).resolve()) if index else None,
+               "ranker_before": ranker_before, "ranker_after": ranker_after, "calls": calls,
+               "constrain": constrain, "backend": backend, "yes_no_rule": yes_no_rule, "bootstrap": bootstrap,
+               "confidence": confidence}
+    manifest = make_manifest("evaluate-compare", options, inputs=hashes,
+                             seed=seed, upstream=upstream)
+    if not quiet:
+        columns = [("figure", ""), ("before", "before"), ("after", "after"), ("gain", "gain"),
+                   ("ci_low", f"{confidence:.0%} CI low"), ("ci_high", "CI high")]
+        show(render(_gain_rows(report), columns, f"Before vs after on {report['questions']} held-out questions"))
+    write_summary(output, {"kind": "learning_gain", **report, "manifest": manifest})
