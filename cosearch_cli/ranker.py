@@ -36,6 +36,8 @@ RANKER_INSTRUCTION = (
 
 def prompt_ids(tokenizer, question: str, query: str, passages: Sequence[Passage], k: int,
                passage_tokens: int, instruction: str = RANKER_INSTRUCTION) -> list[int]:
+    """The ranker's chat prompt. With fewer candidates than K it asks for all of them, as the parser does."""
+    k = min(k, len(passages))
     texts = truncate_to_tokens(tokenizer, [p.text for p in passages], passage_tokens)
     numbered = "\n".join(f"[{i}] {p.title}: {t}" for i, (p, t) in enumerate(zip(passages, texts), start=1))
     example = " > ".join(f"[{i}]" for i in _example_ids(len(passages), k))
@@ -48,7 +50,7 @@ def prompt_ids(tokenizer, question: str, query: str, passages: Sequence[Passage]
 def _example_ids(n: int, k: int) -> list[int]:
     # A shuffled-looking example, so the model is not nudged towards copying the retriever order.
     ids = list(range(n, 0, -2)) + list(range(n - 1, 0, -2))
-    return ids[:min(k, n)]
+    return ids[:k]
 
 
 @dataclass

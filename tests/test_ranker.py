@@ -58,3 +58,13 @@ def test_prompt_numbers_candidates_and_names_k():
     assert "[1] Paris: Paris is the capital of France.\n[2] Lyon: A city." in text
     assert "Question: capital of france?\nSearch query: france capital" in text
     assert "exactly 2 distinct passage numbers" in text and "<ranking> [2] > [1] </ranking>" in text
+
+
+def test_with_fewer_candidates_than_k_the_prompt_asks_for_what_the_parser_accepts():
+    tokenizer = load_tokenizer("smollm2")
+    passages = [Passage("x", "Paris", "Paris is the capital of France."), Passage("y", "Lyon", "A city.")]
+    text = tokenizer.decode(prompt_ids(tokenizer, "capital of france?", "france capital", passages, 5, 32))
+    assert "Choose the 2 passages" in text and "exactly 2 distinct passage numbers" in text
+    assert "exactly 5" not in text and "<ranking> [2] > [1] </ranking>" in text
+    # and the parser accepts exactly that many
+    assert parse_ranking("<reason>r</reason><ranking>[2] > [1]</ranking>", n=2, k=5).valid
