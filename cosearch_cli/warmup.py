@@ -27,9 +27,10 @@ from cosearch_cli import agent as agent_prompts
 from cosearch_cli import ranker as ranking
 from cosearch_cli.constrain import ConstraintLimits, agent_turn_ids, free_text, ranker_output_ids
 from cosearch_cli.errors import InputError
-from cosearch_cli.metrics import has_answer, normalize_answer
+from cosearch_cli.metrics import has_answer
 from cosearch_cli.records import Passage, Question
 from cosearch_cli.rollout import RolloutConfig
+from cosearch_cli.splits import QuestionKeys
 from cosearch_cli.update.batch import TrainSeq, collate, plan_micro_batches
 from cosearch_cli.update.logprobs import token_logprobs
 
@@ -191,9 +192,8 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
 
 def check_no_overlap(train: Sequence[Question], excluded: Sequence[Question]) -> None:
     """Refuse training questions that are also evaluation questions (same id or same normalised text)."""
-    ids = {q.id for q in excluded}
-    texts = {normalize_answer(q.question) for q in excluded}
-    clash = [q for q in train if q.id in ids or normalize_answer(q.question) in texts]
+    seen = QuestionKeys(excluded)
+    clash = [q for q in train if seen.matches(q)]
     if clash:
         raise InputError(f"{len(clash)} training question(s) are also evaluation questions, e.g. "
                          f"{clash[0].id!r}: {clash[0].question!r}",
