@@ -21,10 +21,24 @@ def training_curves(rows: Sequence[dict], path: str | Path, *, title: str = "") 
 
 def compare_curves(runs: dict[str, Sequence[dict]], path: str | Path, *, title: str = "") -> Path:
     """Several runs' curves on shared axes (the preset comparison); missing values are skipped."""
+    import matplotlib.pyplot as plt
+
+    fig = curves_figure(runs, title=title)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def curves_figure(runs: dict[str, Sequence[dict]], *, title: str = ""):
+    """The figure of compare_curves: whole-number iteration ticks, the evaluation before training at "init"."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2))
     for ax, (key, label) in zip(axes, PANELS):
@@ -35,15 +49,12 @@ def compare_curves(runs: dict[str, Sequence[dict]], path: str | Path, *, title: 
                 ax.plot(xs, ys, marker="o", label=name)
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: "init" if x == -1 else f"{x:.0f}"))
         ax.grid(alpha=0.3)
     if len(runs) > 1:
         axes[0].legend(fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return fig

@@ -33,6 +33,9 @@ def _png(fig) -> bytes:
 
 def _bars(ax, names: Sequence[str], series: dict[str, Sequence[float | None]], ylabel: str) -> None:
     width = 0.8 / max(len(series), 1)
+    # With more than two bars per group a horizontal value label is wider than its bar and runs into the
+    # next one's: stand the labels upright, above the bar.
+    upright = len(series) > 2
     for i, (label, values) in enumerate(series.items()):
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(names))]
         heights = [v if v is not None else 0.0 for v in values]
@@ -40,12 +43,16 @@ def _bars(ax, names: Sequence[str], series: dict[str, Sequence[float | None]], y
         for bar, v in zip(bars, values):
             if v is not None:
                 ax.annotate(f"{v:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
-                            va="bottom", fontsize=7)
+                            va="bottom", fontsize=7, rotation=90 if upright else 0, xytext=(0, 2),
+                            textcoords="offset points")
+    if upright:
+        ax.set_ylim(top=max([v for values in series.values() for v in values if v is not None], default=0) * 1.25
+                    or 1.0)
     ax.set_xticks(range(len(names)), [_label(n) for n in names], fontsize=8)
     ax.set_ylabel(ylabel)
     ax.grid(axis="y", alpha=0.3)
-    if len(series) > 1:
-        ax.legend(fontsize=8)
+    if len(series) > 1:  # outside the axes, where no bar or value label can be under it
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 
 
 def f1_figure(rows: Sequence[dict], variant_name: str, *, title: str = "Answer F1 per dataset") -> bytes:
@@ -78,12 +85,17 @@ def comparison_figure(differences: Sequence[dict], labels: tuple[str, str], vari
 
 def oracle_figure(rows_by_half: dict[str, Sequence[dict]], variant_name: str) -> bytes:
     """F1 per dataset and group for each half of the oracle study (standard rankers and the oracle)."""
+    return _png(oracle_axes(rows_by_half, variant_name).figure)
+
+
+def oracle_axes(rows_by_half: dict[str, Sequence[dict]], variant_name: str):
+    """The oracle figure's axes (before rendering, so tests can check where its labels landed)."""
     names = [r["dataset"] for r in next(iter(rows_by_half.values()))]
     series = {}
     for half, rows in rows_by_half.items():
         by_name = {r["dataset"]: r["f1"] for r in rows}
         series[half] = [by_name.get(n) for n in names]
-    fig, ax = plt.subplots(figsize=(11, 3.8))
+    fig, ax = plt.subplots(figsize=(max(11.0, 0.5 * len(names) * len(series)), 3.8))
     _bars(ax, names, series, "token F1")
     ax.set_title(f"Oracle retrieval study: F1 with each ranker vs the oracle\n{variant_name}", fontsize=9)
-    return _png(fig)
+    return ax

@@ -301,8 +301,9 @@ def read_question(row_data: dict, path: str, line: int) -> Question:
     return question
 
 
-def read_questions(path: str | Path) -> tuple[list[Question], Reader]:
-    """All questions, checked before any model loads, so a bad line fails the run before anything is written."""
+def read_questions(path: str | Path | list[str]) -> tuple[list[Question], Reader]:
+    """All questions of a file, glob or list of them, checked before any model loads, so a bad line fails the
+    run before anything is written."""
     from cosearch_cli.artifacts import Reader
 
     reader = Reader.open(path)
@@ -315,5 +316,6 @@ def read_questions(path: str | Path) -> tuple[list[Question], Reader]:
         seen[question.id] = row.line
         questions.append(question)
     if not questions:
-        raise InputError("no questions in the file", path=path, fix="pass a JSONL file with one question a line")
+        raise InputError("no questions in the file", path=", ".join(reader.paths),
+                         fix="pass a JSONL file with one question a line")
     return questions, reader

@@ -180,6 +180,21 @@ class RolloutStats:
     ranker_invalid: int = 0  # llm outputs that failed the strict parse (calls with candidates only)
     trajectories: int = 0
     format_failures: int = 0
+    finished: int = 0  # trajectories done so far, counted as each ends (before its question's record is out)
+
+
+
+def live_counter(stats: RolloutStats, backends: Iterable = ()) -> Callable[[], str]:
+    """Work below the question level, for progress bars: trajectories finished and tokens generated since
+    now (per decode step where a backend counts them, as the transformers backend does; else per batch)."""
+    counters = list({id(b): b.counters for b in backends if b is not None and hasattr(b, "counters")}.values())
+    start = sum(c.decode_rows for c in counters)
+
+    def live() -> str:
+        tokens = sum(c.decode_rows for c in counters) - start if counters else stats.agent_tokens + stats.ranker_tokens
+        return f"{stats.finished:,} trajectories finished, {tokens:,} tokens generated"
+
+    return live
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -320,6 +335,7 @@ def _agent_turn(live: list[_Live], agent: GenerationBackend, config: RolloutConf
                 traj.format_error = (f"turn {traj.turn}: context full ({len(traj.token_ids)} tokens + {budget} "
                                      f"new > {limit})")
                 traj.done = True
+                stats.finished += 1
         live = [t for t, ok in zip(live, fits) if ok]
         requests = [r for r, ok in zip(requests, fits) if ok]
         if not requests:
@@ -351,6 +367,7 @@ def _agent_turn(live: list[_Live], agent: GenerationBackend, config: RolloutConf
         else:
             traj.format_error = f"turn {turn}: {error}"
         traj.done = True
+        stats.finished += 1
         if request.keep_cache and release is not None:  # no next turn will continue from this state
             release(request.prompt_ids + gen.token_ids[:-1])
     return searching

@@ -28,7 +28,7 @@ def study(tmp_path, monkeypatch):
     asked: list = []
     fake = fake_rollouts(asked)
 
-    def run_rollouts(questions, *, agent, ranker_backend, index, config):
+    def run_rollouts(questions, *, agent, ranker_backend, index, config, stats=None):
         assert (ranker_backend is not None) == (config.ranker == "llm")
         assert config.greedy and config.n == 1 and config.seed == 0  # the same seeds in every half
         return fake(config.ranker, list(questions))
@@ -59,7 +59,32 @@ def test_study_prints_table1_and_writes_the_report(study):
     assert "Paper Table 1: +14.7% (7B agent), +26.8% (3B agent)" in report
     assert (out / "oracle.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((out / "none.manifest.json").read_text())["upstream"][0]["stage"] == "index"
-    assert "Oracle study (Table 1 shape)" in result.stderr
+    assert "Oracle study, F1 (Table 1 shape)" in result.stderr and "Oracle study, F1 per dataset" in result.stderr
+    assert "95% CI of oracle - none: [" in result.stderr
+
+
+def test_terminal_tables_fit_80_columns_with_whole_headers(study):
+    # The table used to head its ranker column "dataset" and, at 80 columns, cut headers ("rel. gap (a…").
+    from rich.console import Console
+
+    from cosearch_cli.cli.oracle import _TABLE1_COLUMNS, per_dataset_table, table1
+    from cosearch_cli.oracle import summarize
+
+    fake = fake_rollouts([])
+    questions = [rollout.Question(id=q["id"], question=q["question"], answers=q["answers"], dataset=q["dataset"])
+                 for q in QUESTION_LINES[:4]]
+    result = summarize({half: list(fake(half, questions)) for half in ("none", "llm", "oracle")}, bootstrap=50)
+    console = Console(width=80, record=True, force_terminal=False)
+    console.print(table1(result.table, "F1 variant"))
+    console.print(per_dataset_table(result.evaluations, "F1 variant"))
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    header = next(line for line in text.splitlines() if "ranker" in line)
+    assert "dataset" not in header
+    for _, name in _TABLE1_COLUMNS:
+        assert name in header, (name, header)
+    per_dataset = next(line for line in text.splitlines() if "F1 oracle" in line)
+    assert all(f"F1 {h}" in per_dataset for h in ("none", "llm", "oracle")) and "dataset" in per_dataset
 
 
 def test_second_ranker_reuses_the_oracle_half_and_rerun_recomputes_nothing(study):

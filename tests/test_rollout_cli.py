@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 
 import orjson
 import pytest
+from conftest import FIXTURES
 
 from cosearch_cli.records import read_rollout
 
@@ -149,3 +151,36 @@ def test_custom_template_and_a_bad_one(cli, index_dir, tiny_dir, questions_file,
     bad.write_text("Q: {questoin}")
     _error(cli("rollout", "--questions", questions_file, "--index", index_dir, "--template", bad), 3,
            "the template has an unknown placeholder ('questoin')")
+
+
+def test_design_card_pipe_runs_on_the_fixture_defaults_with_progress_in_the_log(cli, index_dir, tiny_dir,
+                                                                                 tmp_path, monkeypatch):
+    # `cosearch rollout --n 8 | cosearch group --kmin 3` after the quick start: no --questions and no --index
+    # mean the fixture's training questions and indexes/fixture, said on stderr; stderr (not a terminal
+    # here) gets a plain progress line instead of a bar that prints nothing until the end.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "indexes").mkdir()
+    (tmp_path / "indexes" / "fixture").symlink_to(index_dir)
+    rolled = cli("rollout", "--n", "8", "--agent", tiny_dir, "--max-new-tokens", "6", "--constrain", "none",
+                 "--limit", "2", "--threads", "1")
+    assert rolled.exit_code == 0, rolled.stderr
+    assert "--questions not given: using the fixture's " + str(FIXTURES / "train.jsonl") in rolled.stderr
+    assert "--index not given: using the fixture's indexes/fixture" in rolled.stderr
+    assert "torch threads: 1 (--threads)" in rolled.stderr
+    assert re.search(r"\d\d:\d\d:\d\d rollout: 2/2 questions \(100%\), done, .* elapsed; 16 trajectories finished, "
+                     r"\d[\d,]* tokens generated", rolled.stderr), rolled.stderr
+    first_train_id = orjson.loads((FIXTURES / "train.jsonl").read_bytes().splitlines()[0])["id"]
+    assert orjson.loads(rolled.stdout.splitlines()[0])["question_id"] == first_train_id
+    grouped = cli("group", "--kmin", "3", input=rolled.stdout)
+    assert grouped.exit_code == 0, grouped.stderr
+    assert [orjson.loads(line)["kind"] for line in grouped.stdout.splitlines()] == ["rollout", "rollout", "manifest"]
+
+
+def test_questions_repeat_and_take_globs(cli, index_dir, tiny_dir, questions_file, tmp_path):
+    other = tmp_path / "more.jsonl"
+    other.write_text((FIXTURES / "train.jsonl").read_text().splitlines(keepends=True)[0])
+    result = cli("rollout", "--questions", str(questions_file.parent / "*.jsonl"), "--questions", other,
+                 "--index", index_dir, "--agent", tiny_dir, "--n", "1", "--max-new-tokens", "4", "--constrain",
+                 "none", "--quiet")
+    assert result.exit_code == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 4 + 1 + 1  # the glob's 4 questions, the other file's 1, manifest

@@ -7,12 +7,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
 
 from cosearch_cli.errors import OutputExists
+from cosearch_cli.progress import Progress
 
 stderr = Console(stderr=True)
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURE_INDEX = "indexes/fixture"  # where `cosearch index fixture` and the demo build it
 
 Seed = Annotated[int, typer.Option(help="Random seed; the same seed and inputs give the same artifact.")]
 Output = Annotated[str, typer.Option("--output", "-o",
@@ -20,13 +22,37 @@ Output = Annotated[str, typer.Option("--output", "-o",
 Inputs = Annotated[list[str], typer.Argument(help="Input files (JSONL or Parquet), globs, or - for stdin.")]
 Overwrite = Annotated[bool, typer.Option(help="Replace an existing output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summaries on stderr.")]
+Threads = Annotated[int | None, typer.Option(
+    help="CPU threads for torch in this process (default: $SLURM_CPUS_PER_TASK, else $OMP_NUM_THREADS, else "
+         "the CPUs this process may use). Give each of N processes sharing a machine 1/N of its cores.")]
+Questions = Annotated[list[str] | None, typer.Option(
+    "--questions", help="Question JSONL file(s) or quoted globs ({id, question, answers, dataset}); - for stdin. "
+                        "Repeat for several files.")]
+
+
+def use_threads(threads: int | None, quiet: bool) -> None:
+    """Set torch's thread count (cosearch_cli/threads.py) and say on stderr what it is and why."""
+    from cosearch_cli.threads import set_threads
+
+    count, source = set_threads(threads)
+    if not quiet:
+        stderr.print(f"torch threads: {count} ({source})", highlight=False)
+
+
+def fixture_default(value, name: str, default, quiet: bool):
+    """`value`, or the fixture `default` announced on stderr, so nobody takes the output for their own data."""
+    if value:
+        return value
+    if not quiet:
+        shown = default if isinstance(default, str) else ", ".join(default)
+        stderr.print(f"{name} not given: using the fixture's {shown}", highlight=False, markup=False)
+    return default
 
 
 def progress(quiet: bool = False) -> Progress:
-    """A progress bar on stderr (stdout stays clean for piping)."""
-    return Progress(SpinnerColumn(), TextColumn("[progress.description]{task.description}"), BarColumn(),
-                    MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(), console=stderr,
-                    disable=quiet, transient=False)
+    """Progress on stderr (stdout stays clean for piping): bars in a terminal, a plain line every 20 s in a
+    log file or pipe (cosearch_cli/progress.py)."""
+    return Progress(quiet, console=stderr)
 
 
 def refuse_existing(path: str | Path, overwrite: bool) -> None:

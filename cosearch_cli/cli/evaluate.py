@@ -84,7 +84,7 @@ def _fmt(value) -> str:
 def render(rows: list[dict], columns: list[tuple[str, str]], title: str) -> Table:
     table = Table(title=title, title_style="bold", caption_justify="left")
     for _, header in columns:
-        table.add_column(header, justify="left" if header in ("dataset", "") else "right")
+        table.add_column(header, justify="left" if header in ("dataset", "ranker", "") else "right")
     for row in rows:
         style = "bold" if row.get("dataset") in ("single-hop", "multi-hop", "average") else None
         table.add_row(*[_fmt(row.get(key)) for key, _ in columns], style=style)

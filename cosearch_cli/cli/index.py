@@ -10,7 +10,7 @@ import orjson
 import typer
 
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Overwrite, Quiet, progress, refuse_existing, stderr
+from cosearch_cli.cli.common import FIXTURE_INDEX, FIXTURES, Overwrite, Quiet, progress, refuse_existing, stderr
 from cosearch_cli.index import Corpus, build_index
 from cosearch_cli.index.bm25_sharded import SHARD_SIZE
 
@@ -18,7 +18,6 @@ index_app = typer.Typer(help="Build retrieval indexes (doc store + BM25 and/or d
                         no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(index_app, name="index")
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURE_VECTORS = "corpus.minilm-f16.npy"
 
 CorpusPaths = Annotated[list[str], typer.Option(
@@ -50,7 +49,7 @@ def _run(corpus: list[str], out: str, *, bm25: bool, dense: str | None, dense_in
     if bm25 and bm25_backend == "sharded":
         options["shard_size"] = shard_size
     with progress(quiet) as bar:
-        tasks: dict[str, int] = {}
+        tasks: dict = {}
 
         def on_progress(phase: str, n: int) -> None:
             if phase not in tasks:
@@ -58,11 +57,11 @@ def _run(corpus: list[str], out: str, *, bm25: bool, dense: str | None, dense_in
                          "bm25-shards": "BM25 shards"}
                 if bm25_backend == "sharded":
                     label["bm25"] = "BM25 terms (pass 1)"
-                tasks[phase] = bar.add_task(label[phase], total=total if phase == "read" else done_reading())
+                for earlier in tasks.values():  # phases run one after the other
+                    bar.finish(earlier)
+                read = tasks["read"].done if "read" in tasks else None
+                tasks[phase] = bar.add(label[phase], total if phase == "read" else read, unit="passages")
             bar.advance(tasks[phase], n)
-
-        def done_reading() -> int | None:
-            return int(bar.tasks[tasks["read"]].completed) if "read" in tasks else None
 
         manifest = build_index(Corpus(corpus), out, bm25=bm25, bm25_backend=bm25_backend, shard_size=shard_size,
                                dense=dense, dense_index=dense_index, overwrite=overwrite, batch_size=batch_size,
@@ -75,7 +74,7 @@ def _run(corpus: list[str], out: str, *, bm25: bool, dense: str | None, dense_in
 
 
 @index_app.command("fixture")
-def fixture(out: Annotated[str, typer.Option(help="Index folder to write.")] = "indexes/fixture",
+def fixture(out: Annotated[str, typer.Option(help="Index folder to write.")] = FIXTURE_INDEX,
             dense: Annotated[bool, typer.Option(help="Also build the dense MiniLM index (uses the shipped "
                                                      "fixture embeddings, so it takes seconds).")] = True,
             reencode: Annotated[bool, typer.Option(help="Encode the fixture again (minutes on CPU) and "

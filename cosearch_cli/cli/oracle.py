@@ -11,8 +11,8 @@ import typer
 
 from cosearch_cli.artifacts import Reader, make_manifest, write_json_atomic
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Quiet, Seed, stderr
-from cosearch_cli.cli.evaluate import render, show, write_png, write_summary
+from cosearch_cli.cli.common import Quiet, Seed, Threads, progress, stderr, use_threads
+from cosearch_cli.cli.evaluate import show, write_png, write_summary
 from cosearch_cli.errors import ConfigError, InputError, NothingToDo, RecordError
 from cosearch_cli.evaluate import DATASETS
 from cosearch_cli.oracle import (ORACLE, StudyFolder, finished_in_every_half, interleave, pending_halves,
@@ -129,13 +129,14 @@ def oracle_command(
     overwrite: Annotated[bool, typer.Option(help="Recompute the requested halves even if --out holds them.")] = False,
     output: Annotated[str, typer.Option("--output", "-o", help="Where to write the JSON summary (or -).")] = "-",
     seed: Seed = 0,
+    threads: Threads = None,
     quiet: Quiet = False,
 ) -> None:
     """Run the same questions with the standard ranker(s) and with the oracle ranker (answer-bearing candidates
     promoted to the top K), same agent, settings and seeds; print single-hop / multi-hop / average F1 and the
     relative gap (the paper's Table 1), and write report.md + oracle.png into --out. Resumable."""
+    from cosearch_cli.rollout import RolloutStats, live_counter, run_rollouts
     from cosearch_cli.rollout import preset as rollout_preset
-    from cosearch_cli.rollout import run_rollouts
 
     halves = study_halves(ranker)
     if per_dataset < 0 or bootstrap < 1 or block < 0:
@@ -168,6 +169,8 @@ def oracle_command(
                              upstream=[models.index().manifest])
 
     todo = pending_halves(halves, folder)
+    if todo and not report_only:
+        use_threads(threads, quiet)
     if todo and not quiet and not report_only:
         stderr.print(f"oracle study: {len(qs)} questions; to run: {', '.join(todo)}; reusing: "
                      f"{', '.join(h for h in halves if h not in todo) or 'nothing'}; folder {out}")
@@ -179,15 +182,17 @@ def oracle_command(
         ranker_backend = models.ranker() if half == "llm" else None
         partial = folder.partial(half)
         done_before = len(partial.read_bytes().splitlines()) if partial.is_file() else 0
-        with _progress(quiet) as bar:
-            task = bar.add_task(f"{half}", total=len(qs), completed=done_before)
+        stats = RolloutStats()
+        with progress(quiet) as bar:
+            # The rate and time left count only this run's questions: those finished before are not work done now.
+            task = bar.add(f"{half} half", len(todo_questions), unit="questions",
+                           live=live_counter(stats, (models.agent(), ranker_backend)))
+            if done_before:
+                bar.log(f"{half} half: {done_before} of {len(qs)} questions finished earlier, "
+                        f"{len(todo_questions)} to go")
             for record in run_rollouts(todo_questions, agent=models.agent(), ranker_backend=ranker_backend,
-                                       index=models.index(), config=half_config):
+                                       index=models.index(), config=half_config, stats=stats):
                 bar.advance(task)
-                done_before += 1
-                if not quiet and not stderr.is_terminal:  # a log file gets a line per question instead of a bar
-                    stderr.print(f"{half}: {done_before}/{len(qs)} questions ({record.question_id}) "
-                                 f"at {time.strftime('%H:%M:%S')}", soft_wrap=True)
                 yield record
 
     if report_only:
@@ -204,15 +209,39 @@ def oracle_command(
     _report(result, title, folder, halves, settings, reader, seed, out, output, quiet, questions, index, agent)
 
 
-def _progress(quiet: bool):
-    from cosearch_cli.cli.common import progress
+# Short headers, so the table fits 80 columns without cutting one (the CI goes in the caption).
+_TABLE1_COLUMNS = [("ranker", "ranker"), ("questions", "n"), ("single-hop", "single-hop"),
+                   ("multi-hop", "multi-hop"), ("average", "average"), ("gap average", "rel. gap"),
+                   ("oracle - this (avg F1)", "oracle - this")]
 
-    return progress(quiet)
+
+def table1(table: list[dict], variant: str, confidence: str = "95%"):
+    """Table 1's shape (F1 per group, relative gap, oracle - this with its bootstrap CI in the caption)."""
+    from cosearch_cli.cli.evaluate import render
+
+    rows = [r | {"gap average": _pct(r.get("gap average")), "oracle - this (avg F1)": _signed(
+        r.get("oracle - this (avg F1)"))} for r in table]
+    result = render(rows, _TABLE1_COLUMNS, f"Oracle study, F1 (Table 1 shape) - {variant}")
+    result.caption = "; ".join(f"{confidence} CI of oracle - {r['ranker']}: [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"
+                               for r in table if r.get("ci_low") is not None)
+    return result
 
 
-_TABLE1_COLUMNS = [("ranker", "dataset"), ("questions", "n"), ("single-hop", "single-hop F1"),
-                   ("multi-hop", "multi-hop F1"), ("average", "average F1"), ("gap average", "rel. gap (avg)"),
-                   ("oracle - this (avg F1)", "oracle - this"), ("ci_low", "95% CI low"), ("ci_high", "95% CI high")]
+def per_dataset_table(evaluations: dict, variant: str):
+    """F1 per dataset and group, one column per half (what oracle.png draws)."""
+    from cosearch_cli.cli.evaluate import render
+
+    halves = list(evaluations)
+    first = evaluations[halves[0]]
+    rows = []
+    for name in [r["dataset"] for r in first.datasets + first.groups]:
+        row = {"dataset": name, "questions": next(r["questions"] for r in first.datasets + first.groups
+                                                  if r["dataset"] == name)}
+        for half, ev in evaluations.items():
+            row[half] = next((r["f1"] for r in ev.datasets + ev.groups if r["dataset"] == name), None)
+        rows.append(row)
+    columns = [("dataset", "dataset"), ("questions", "n")] + [(h, f"F1 {h}") for h in halves]
+    return render(rows, columns, f"Oracle study, F1 per dataset - {variant}")
 
 
 def _report(result, title: str, folder: StudyFolder, halves, settings, reader, seed, out, output, quiet, questions, index,
@@ -240,12 +269,16 @@ def _report(result, title: str, folder: StudyFolder, halves, settings, reader, s
                "seconds": seconds, "manifest": manifest}
     write_json_atomic(folder.root / "summary.json", summary)
     if not quiet:
-        show(render([r | {"gap average": _pct(r.get("gap average"))} for r in result.table], _TABLE1_COLUMNS,
-                    f"Oracle study (Table 1 shape) - {variant}"))
+        show(per_dataset_table(result.evaluations, variant))
+        show(table1(result.table, variant))
         stderr.print(f"report: {Path(out) / 'report.md'}, figure: {Path(out) / 'oracle.png'}")
     write_summary(output, summary)
 
 
 def _pct(value: float | None) -> str | None:
     return None if value is None else f"{value:+.1%}"
+
+
+def _signed(value: float | None) -> str | None:
+    return None if value is None else f"{value:+.3f}"
 

@@ -10,7 +10,8 @@ import typer
 
 from cosearch_cli.artifacts import Writer, make_manifest
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Output, Quiet, Seed, progress, stderr
+from cosearch_cli.cli.common import (FIXTURE_INDEX, FIXTURES, Output, Questions, Quiet, Seed, Threads,
+                                     fixture_default, progress, stderr, use_threads)
 from cosearch_cli.errors import ConfigError, InputError
 from cosearch_cli.records import read_questions
 
@@ -46,8 +47,9 @@ def parse_shard(value: str | None) -> tuple[int, int]:
 
 @app.command("rollout")
 def rollout(
-    questions: Annotated[str, typer.Option(help="Question JSONL (id, question, answers), or - for stdin.")],
-    index: Annotated[str, typer.Option(help="Index folder from `cosearch index`.")],
+    questions: Questions = None,
+    index: Annotated[str | None, typer.Option(
+        help="Index folder from `cosearch index` (default: indexes/fixture, announced on stderr).")] = None,
     n: Annotated[int | None, typer.Option(help="G: trajectories per question (default: the preset's).")] = None,
     agent: Annotated[str, typer.Option(help="Agent model: 'smollm2' (embedded) or a local HF folder.")] = "smollm2",
     ranker: Annotated[Literal["llm", "none", "oracle"], typer.Option(
@@ -89,16 +91,19 @@ def rollout(
     limit: Annotated[int | None, typer.Option(help="Run only the first L questions (after --shard).")] = None,
     seed: Seed = 0,
     output: Output = "-",
+    threads: Threads = None,
     quiet: Quiet = False,
 ) -> None:
     """Run the search agent G times per question; every search goes retriever top-N -> ranker -> K passages.
 
     Streams one JSON line per finished question (its G trajectories with token ids, loss mask and log-probs,
     and every ranker call) to stdout or -o, then the manifest (last line on stdout, a sidecar for a file).
-    Pipe it into `cosearch group`.
+    Pipe it into `cosearch group`. Without --questions and --index it runs the fixture's 109 training
+    questions on indexes/fixture (about 5 s a trajectory on a 2-core CPU: --limit runs fewer).
     """
     from cosearch_cli.index import open_index
-    from cosearch_cli.rollout import RolloutStats, constraint_factories, load_backend, preset as make_preset
+    from cosearch_cli.rollout import RolloutStats, constraint_factories, live_counter, load_backend
+    from cosearch_cli.rollout import preset as make_preset
     from cosearch_cli.rollout import run_rollouts
 
     overrides = dict(n=n, max_turns=max_turns, top_n=top_n, k=k, max_new_tokens=max_new_tokens,
@@ -114,6 +119,9 @@ def rollout(
         raise ConfigError("--limit must be at least 1", fix="leave it out to run every question")
     config.check(has_ranker_backend=True)
 
+    questions = fixture_default(questions, "--questions", [str(FIXTURES / "train.jsonl")], quiet)
+    index = fixture_default(index, "--index", FIXTURE_INDEX, quiet)
+    use_threads(threads, quiet)
     all_questions, reader = read_questions(questions)
     todo = all_questions[shard_i::shard_n][:limit]
     opened = open_index(index)
@@ -131,7 +139,8 @@ def rollout(
                "shard": f"{shard_i}/{shard_n}", "limit": limit, "encoder": encoder, **config.sampling()}
     stats = RolloutStats()
     with Writer(output) as writer, progress(quiet) as bar:
-        task = bar.add_task("rollout", total=len(todo))
+        task = bar.add("rollout", len(todo), unit="questions",
+                       live=live_counter(stats, (agent_backend, ranker_backend)))
         for record in run_rollouts(todo, agent=agent_backend, ranker_backend=ranker_backend, index=opened,
                                    config=config, stats=stats):
             writer.write(record)

@@ -48,7 +48,7 @@ def search(
     options = {"index": index, "k": k, "retriever": engine.name, "encoder": encoder, "dense_index": dense_index,
                "text": text, "index_corpus_sha256": opened.manifest["corpus"]["sha256"]}
     with Writer(output) as writer, progress(quiet) as bar:
-        task = bar.add_task(f"searching ({engine.name})", total=None)
+        task = bar.add(f"searching ({engine.name})", unit="queries")
         batch: list[tuple[str, str]] = []
         for row in reader.rows():
             batch.append(_question(row.data, row.path, row.line))

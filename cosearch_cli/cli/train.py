@@ -11,20 +11,28 @@ import typer
 
 from cosearch_cli import train as training
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Quiet, progress, stderr
+from cosearch_cli.cli.common import Quiet, Threads, progress, stderr, use_threads
+from cosearch_cli.demo import DEMO_TIME
 
 
 def _runner(config: training.TrainConfig, bar) -> training.Runner:
-    task = bar.add_task("rollouts", total=None, visible=False)
-
-    def on_rollout(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total, visible=True)
+    """A Runner whose steps each show as a task: its log message starts the next one (so a log file gets a
+    line every 20 s during an update too), and rollouts count questions, trajectories and tokens."""
+    current: list = []
 
     def log(message: str) -> None:
-        bar.update(task, description=message[:60], completed=0, visible=False)
-        bar.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}")
+        if current:
+            bar.finish(current.pop())
+        bar.log(message)
+        current.append(bar.add(message, live=lambda: runner.rollout_live() if runner.rollout_live else ""))
 
-    return training.Runner(config, log=log, on_rollout=on_rollout)
+    def on_rollout(done: int, total: int) -> None:
+        if current:
+            current[0].unit = "questions"
+            bar.update(current[0], done=done, total=total)
+
+    runner = training.Runner(config, log=log, on_rollout=on_rollout)
+    return runner
 
 
 @app.command()
@@ -37,6 +45,7 @@ def train(
     out: Annotated[str | None, typer.Option(help="Folder of run folders (default runs).")] = None,
     iterations: Annotated[int | None, typer.Option(help="Training iterations.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of question order, sampling and updates.")] = None,
+    threads: Threads = None,
     quiet: Quiet = False,
 ) -> None:
     """Iterate rollout -> group -> reward -> update (agent, ranker) with periodic dev evaluation.
@@ -47,6 +56,7 @@ def train(
     """
     cfg = training.load_config(config, preset=preset or (None if config else "demo"), name=name, out=out,
                                iterations=iterations, seed=seed)
+    use_threads(threads, quiet)
     with progress(quiet) as bar:
         root = _runner(cfg, bar).run()
     rows = [orjson.loads(p.read_bytes()) for p in sorted(root.glob("iter-*/metrics.json"))]
@@ -54,21 +64,29 @@ def train(
     typer.echo(orjson.dumps(rows[-1] if rows else {}).decode())
 
 
-@app.command()
+_DEMO_ITERATIONS = training.PRESETS["demo"]["iterations"]
+
+
+@app.command(help=f"""The main job on the embedded default: index the fixture corpus, evaluate the untrained SmolLM2
+agent and ranker, train both jointly for {_DEMO_ITERATIONS} iterations, evaluate again, run the oracle study, print
+a summary.
+
+Measured: {DEMO_TIME}. Rerunning resumes (finished steps are not redone).""")
 def demo(
     out: Annotated[str, typer.Option(help="Folder of run folders.")] = "runs",
-    iterations: Annotated[int | None, typer.Option(help="Training iterations (preset: 2).")] = None,
+    iterations: Annotated[int | None, typer.Option(
+        help=f"Training iterations (default: the demo preset's {_DEMO_ITERATIONS}).")] = None,
+    threads: Threads = None,
     quiet: Quiet = False,
 ) -> None:
-    """The main job on the embedded default: index the fixture corpus, evaluate the untrained SmolLM2 agent and
-    ranker, train both jointly for a few iterations, evaluate again, run the oracle study, print a summary.
-
-    Finishes in about 15 minutes on a 2-core CPU; rerunning resumes (finished steps are not redone).
-    """
     from cosearch_cli.demo import run_demo
 
     started = time.perf_counter()
     cfg = training.load_config(preset="demo", out=out, iterations=iterations)
+    if not quiet:
+        stderr.print(f"cosearch demo: {cfg.iterations} training iterations and the oracle study on the fixture; "
+                     f"measured {DEMO_TIME}. Progress follows on stderr.", highlight=False, markup=False)
+    use_threads(threads, quiet)
     if not Path(cfg.index).exists():  # the same index `cosearch index fixture` builds: BM25 + MiniLM flat
         from cosearch_cli.cli.index import fixture
 

@@ -10,7 +10,8 @@ import typer
 
 from cosearch_cli.artifacts import Reader, Writer, make_manifest
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Inputs, Overwrite, Quiet, Seed, refuse_existing, stderr
+from cosearch_cli.cli.common import (Inputs, Overwrite, Quiet, Seed, Threads, progress, refuse_existing, stderr,
+                                     use_threads)
 from cosearch_cli.errors import ConfigError, NothingToDo
 from cosearch_cli.records import read_rollout
 
@@ -53,6 +54,7 @@ def update(
                                     "GPU).")] = "auto",
     overwrite: Overwrite = False,
     seed: Seed = 0,
+    threads: Threads = None,
     quiet: Quiet = False,
 ) -> None:
     """One GRPO update from scored rollouts; prints its metrics as one JSON line (then the manifest).
@@ -88,6 +90,7 @@ def update(
                           "a non-zero advantage", fix="check the reward stage's output; nothing was written")
 
     distributed.init_from_env()
+    use_threads(threads, quiet or not distributed.is_main())
     torch.manual_seed(seed)
     policy_name = resume or model
     info = read_info(policy_name) if Path(policy_name).is_dir() else {}
@@ -98,8 +101,11 @@ def update(
     ref_model = _load_reference(ref_name, device) if config.kl_coef > 0 else None
     optimizer_state = load_optimizer_state(resume) if resume else None
 
-    result = run_update(records, role=role, model=policy, ref_model=ref_model, config=config,
-                        optimizer_state=optimizer_state, pad_id=tokenizer.pad_token_id or 0)
+    with progress(quiet or not distributed.is_main()) as bar:
+        task = bar.add(f"update {role}", unit="micro-batches")
+        result = run_update(records, role=role, model=policy, ref_model=ref_model, config=config,
+                            optimizer_state=optimizer_state, pad_id=tokenizer.pad_token_id or 0,
+                            on_micro_batch=lambda done, total: bar.update(task, done=done, total=total))
     step = info.get("step", 0) + (0 if result.skipped else 1)
     metrics = {"kind": "update_metrics", "step": step, **result.metrics}
     options = {"role": role, "model": model, "ref": ref_name if ref_model is not None else None,

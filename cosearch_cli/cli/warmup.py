@@ -12,14 +12,16 @@ import typer
 
 from cosearch_cli.artifacts import Writer, make_manifest, write_json_atomic
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Overwrite, Quiet, Seed, progress, refuse_existing, stderr
+from cosearch_cli.cli.common import (Overwrite, Quiet, Seed, Threads, progress, refuse_existing, stderr,
+                                     use_threads)
 from cosearch_cli.errors import ConfigError, NothingToDo
 
 
 @app.command("warmup")
 def warmup(
-    questions: Annotated[str, typer.Option(help="Training questions (JSONL; HotpotQA, MuSiQue, 2Wiki annotations "
-                                                "are used where present).")],
+    questions: Annotated[list[str], typer.Option(
+        "--questions", help="Training question JSONL file(s) or quoted globs (HotpotQA, MuSiQue, 2Wiki annotations "
+                            "are used where present). Repeat for several files.")],
     index: Annotated[str, typer.Option(help="Index folder from `cosearch index` (observations come from it).")],
     out: Annotated[str, typer.Option(help="Folder for the fine-tuned checkpoint (safetensors, tokenizer, config) "
                                           "and demonstrations.jsonl.")],
@@ -43,6 +45,7 @@ def warmup(
     limit: Annotated[int | None, typer.Option(help="Use only the first L training questions.")] = None,
     seed: Seed = 0,
     overwrite: Overwrite = False,
+    threads: Threads = None,
     quiet: Quiet = False,
 ) -> None:
     """Fine-tune briefly on demonstrations built from the data, so a small model starts with valid actions.
@@ -64,6 +67,7 @@ def warmup(
         raise ConfigError("--epochs and --token-budget must be at least 1 and --lr positive",
                           fix="e.g. --epochs 1 --lr 5e-5 --token-budget 4096")
     refuse_existing(out, overwrite)
+    use_threads(threads, quiet)
     overrides = {key: value for key, value in dict(max_turns=max_turns, k=k).items() if value is not None}
     config = make_preset(preset, retriever=retriever, **overrides)
     config.top_n = max(config.top_n, config.k)
@@ -89,10 +93,10 @@ def warmup(
                      f"questions ({stats.skipped_no_evidence} without evidence skipped)")
     ft = FinetuneConfig(epochs=epochs, lr=lr, token_budget=token_budget, seed=seed)
     with progress(quiet) as bar:
-        task = bar.add_task("warm-up", total=None)
+        task = bar.add("warm-up", unit="steps")
         losses = finetune(lm, demos, ft, pad_id=tokenizer.pad_token_id or 0,
-                          on_step=lambda i, total, loss: bar.update(task, completed=i, total=total,
-                                                                    description=f"warm-up loss {loss:.3f}"))
+                          on_step=lambda i, total, loss: bar.update(task, done=i, total=total,
+                                                                    label=f"warm-up loss {loss:.3f}"))
 
     target = Path(out)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -59,9 +59,11 @@ def local_micro_batches(seqs: list[TrainSeq], config: UpdateConfig, pad_id: int 
 
 
 def accumulate_gradients(policy, ref_model, batches: list[MicroBatch], config: UpdateConfig,
-                         norms: Norms, keep_logp: list | None = None) -> dict[str, float]:
+                         norms: Norms, keep_logp: list | None = None,
+                         on_micro_batch: Callable[[int, int], None] | None = None) -> dict[str, float]:
     """Forward and backward over the micro-batches; returns batch-wide sums (all processes) for metrics.
-    `keep_logp`, when given, receives each micro-batch's log-probs before the step (for `batch_kl`)."""
+    `keep_logp`, when given, receives each micro-batch's log-probs before the step (for `batch_kl`);
+    `on_micro_batch(done, total)` is called after each (for progress bars)."""
     aggregate = LOSS_AGG[config.loss_agg]
     world = distributed.rank_world()[1]
     sums = torch.zeros(len(_SUMS), dtype=torch.float64)
@@ -87,6 +89,8 @@ def accumulate_gradients(policy, ref_model, batches: list[MicroBatch], config: U
                 w * terms.kl.sum().item() if terms.kl is not None else 0.0,
                 w * terms.clipped.sum().item(), w * entropy.sum().item(), w * terms.ratio.sum().item(),
                 w * len(logp), w * mb.real_tokens, w * mb.padded_tokens], dtype=torch.float64)
+        if on_micro_batch is not None:
+            on_micro_batch(i + 1, len(batches))
     sums = distributed.all_reduce_sum(sums)
     return dict(zip(_SUMS, sums.tolist()))
 
@@ -129,10 +133,12 @@ class HeldoutKL:
 
 def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=None, config: UpdateConfig,
                optimizer: torch.optim.Optimizer | None = None, optimizer_state: dict | None = None,
-               pad_id: int = 0, heldout: list[TrainSeq] | None = None) -> UpdateResult:
+               pad_id: int = 0, heldout: list[TrainSeq] | None = None,
+               on_micro_batch: Callable[[int, int], None] | None = None) -> UpdateResult:
     """One optimiser step of GRPO on every trainable sequence of `role` in `records`.
 
-    `heldout`: sequences never trained on, whose exact KL(new || old) is reported as `kl_heldout`."""
+    `heldout`: sequences never trained on, whose exact KL(new || old) is reported as `kl_heldout`.
+    `on_micro_batch(done, total)`: called after each micro-batch's backward pass (for progress bars)."""
     assert role in ROLES, f"role must be one of {ROLES}, got {role!r}"
     started = time.perf_counter()
     records = list(records)
@@ -166,7 +172,8 @@ def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=
     held = HeldoutKL(policy, heldout, config.token_budget, pad_id) if heldout and config.diagnostics else None
 
     before: list[torch.Tensor] = []
-    total = accumulate_gradients(policy, ref_model, batches, config, norms, keep_logp=before)
+    total = accumulate_gradients(policy, ref_model, batches, config, norms, keep_logp=before,
+                                 on_micro_batch=on_micro_batch)
 
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))  # the norm before clipping

@@ -1,0 +1,52 @@
+"""Figures people read: the oracle study's bars and a run's training curves."""
+
+from __future__ import annotations
+
+import itertools
+
+import matplotlib.pyplot as plt
+
+from cosearch_cli.curves import curves_figure
+from cosearch_cli.evaluate import DATASETS
+from cosearch_cli.plots import oracle_axes
+
+NAMES = list(DATASETS) + ["single-hop", "multi-hop", "average"]
+
+
+def _overlaps(a, b, gap: float = 2.0) -> bool:
+    """Boxes closer than `gap` pixels (touching labels read as one number)."""
+    return a.x0 < b.x1 + gap and b.x0 < a.x1 + gap and a.y0 < b.y1 + gap and b.y0 < a.y1 + gap
+
+
+def test_oracle_figure_value_labels_do_not_overlap_each_other_or_the_legend():
+    # Three halves (none, llm, oracle) of nearly equal F1, as a small model gives: labels side by side.
+    rows = {half: [{"dataset": name, "f1": 0.23} for name in NAMES] for half in ("none", "llm", "oracle")}
+    ax = oracle_axes(rows, "F1")
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    labels = [text.get_window_extent(renderer) for text in ax.texts]
+    assert len(labels) == 3 * len(NAMES)
+    clashes = [(i, j) for (i, a), (j, b) in itertools.combinations(enumerate(labels), 2) if _overlaps(a, b)]
+    # (before: horizontal labels "0.23" side by side with under 2 px between them)
+    assert not clashes, f"{len(clashes)} value labels overlap"
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert not any(_overlaps(legend, label) for label in labels)
+    assert all(label.y1 <= ax.get_window_extent(renderer).y1 for label in labels)  # inside the axes
+    plt.close(fig)
+
+
+def test_training_curves_have_whole_iterations_and_init_for_the_evaluation_before_training():
+    rows = [{"iteration": -1, "dev_f1": 0.16}, {"iteration": 0, "train_reward": 0.1, "search_turns": 1.0},
+            {"iteration": 1, "train_reward": 0.2, "search_turns": 0.5},
+            {"iteration": 2, "train_reward": 0.3, "search_turns": 0.4, "dev_f1": 0.04}]
+    fig = curves_figure({"demo": rows})
+    fig.canvas.draw()
+    for ax in fig.axes:
+        shown = [t.get_text() for t, x in zip(ax.get_xticklabels(), ax.get_xticks())
+                 if ax.get_xlim()[0] <= x <= ax.get_xlim()[1]]
+        assert all(label == "init" or label.lstrip("-").isdigit() for label in shown), shown
+        assert "-1" not in shown and "0.5" not in shown
+    dev = fig.axes[3]
+    assert "init" in [t.get_text() for t in dev.get_xticklabels()]
+    plt.close(fig)
