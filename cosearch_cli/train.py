@@ -404,14 +404,16 @@ def checkpoints(paths: RunPaths, role: str, upto: int) -> list[Path]:
 
 
 def prune_checkpoints(paths: RunPaths, keep: int, *, upto: int, log: Log = lambda message: None) -> None:
-    """Delete all but the newest `keep` checkpoints per role among iterations before `upto` (all finished).
-    The newest is what current_models resumes from, so a run killed later still continues."""
-    if keep == 0:
-        return
+    """Delete all but the newest `keep` checkpoints per role among iterations before `upto` (all finished;
+    0 keeps them all), and the optimizer state (twice the weights) of all but the newest: only the newest is
+    what current_models resumes from, so a run killed later still continues exactly."""
     for role in ("agent", "ranker"):
-        for folder in checkpoints(paths, role, upto)[:-keep]:
+        folders = checkpoints(paths, role, upto)
+        for folder in folders[:-keep] if keep else []:
             log(f"deleting the older {role} checkpoint {folder} (keep_checkpoints = {keep})")
             shutil.rmtree(folder)
+        for folder in folders[:-1]:
+            (folder / "optimizer.pt").unlink(missing_ok=True)
 
 
 @dataclass

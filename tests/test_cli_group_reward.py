@@ -85,11 +85,11 @@ def test_summary_parquet_and_file_output(tmp_path):
 
 def test_presets_and_overrides_reach_the_manifest(tmp_path):
     source = write(tmp_path / "r.jsonl", rollout_lines())
-    grouped = run_cli("group", source, "--preset", "official", "-o", tmp_path / "g.jsonl")
+    grouped = run_cli("group", source, "--rules", "official", "-o", tmp_path / "g.jsonl")
     assert grouped.exit_code == 0
     options = orjson.loads((tmp_path / "g.manifest.json").read_bytes())["options"]
     assert (options["preset"], options["kmin"], options["kmin_strict"]) == ("official", 3, True)
-    scored = run_cli("reward", tmp_path / "g.jsonl", "--preset", "official", "--gamma", "0.3", "--scale", "none")
+    scored = run_cli("reward", tmp_path / "g.jsonl", "--rules", "official", "--gamma", "0.3", "--scale", "none")
     _, manifest = parse(scored.stdout)
     options = manifest["options"]
     assert (options["gamma"], options["gamma_strict"], options["main"], options["scale"]) == \

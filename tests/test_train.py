@@ -162,10 +162,14 @@ def test_older_checkpoints_are_deleted_and_the_newest_kept(tmp_path, tiny_model_
         folder.mkdir(parents=True)
         (folder / "config.json").write_text("{}")
         (folder / "model.safetensors").write_bytes(b"w")
+        (folder / "optimizer.pt").write_bytes(b"adam")
     (paths.iteration(2) / "scored.jsonl").write_text("kept\n")
 
     training.prune_checkpoints(paths, 0, upto=4)
     assert len(list(paths.root.glob("iter-*/*/config.json"))) == 6
+    # every checkpoint stays, but only the newest finished one per role keeps its optimizer state (resume)
+    with_state = sorted(str(p.parent.relative_to(paths.root)) for p in paths.root.glob("iter-*/*/optimizer.pt"))
+    assert with_state == ["iter-0002/ranker", "iter-0003/agent", "iter-0004/agent"]
     training.prune_checkpoints(paths, 1, upto=4)
     left = sorted(str(p.parent.relative_to(paths.root)) for p in paths.root.glob("iter-*/*/config.json"))
     assert left == ["iter-0002/ranker", "iter-0003/agent", "iter-0004/agent"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -22,6 +22,17 @@ Output = Annotated[str, typer.Option("--output", "-o",
 Inputs = Annotated[list[str], typer.Argument(help="Input files (JSONL or Parquet), globs, or - for stdin.")]
 Overwrite = Annotated[bool, typer.Option(help="Replace an existing output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summaries on stderr.")]
+# One vocabulary: --sizes is how big a rollout is (rollout, oracle, warmup), --rules which reward and grouping
+# rules apply (group, reward), --preset a whole training run (train). --preset still works where it used to
+# mean sizes or rules, hidden from --help.
+Sizes = Annotated[Literal["cpu", "paper"], typer.Option(
+    "--sizes", help="Rollout sizes. cpu: G=4 N=10 K=3 T=2, 80 new tokens a turn, 48-token passages (fits a 2-core "
+                    "CPU). paper: G=8 N=50 K=5 T=6, 500 new tokens a turn, 160-token passages. Options below "
+                    "override single values.")]
+OldSizes = Annotated[Literal["cpu", "paper"] | None, typer.Option("--preset", hidden=True,
+                                                                  help="Old name of --sizes.")]
+OldRules = Annotated[Literal["paper", "official"] | None, typer.Option("--preset", hidden=True,
+                                                                       help="Old name of --rules.")]
 Threads = Annotated[int | None, typer.Option(
     help="CPU threads for torch in this process (default: $SLURM_CPUS_PER_TASK, else $OMP_NUM_THREADS, else "
          "the CPUs this process may use). Give each of N processes sharing a machine 1/N of its cores.")]

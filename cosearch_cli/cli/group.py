@@ -12,13 +12,13 @@ import typer
 from cosearch_cli import grouping
 from cosearch_cli.artifacts import Reader, Writer, dumps, make_manifest
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Inputs, Output, Quiet, stderr
+from cosearch_cli.cli.common import Inputs, OldRules, Output, Quiet, stderr
 from cosearch_cli.errors import NothingToDo, RecordError
 from cosearch_cli.gcpause import paused_gc
 from cosearch_cli.records import GroupInfo, RolloutRecord, read_rollout
 
 Preset = Annotated[Literal["paper", "official"], typer.Option(
-    help="Named settings: paper (size >= k_min) or official code (size > k_min); "
+    "--rules", help="Named rules: paper (size >= k_min) or official code (size > k_min); "
          "the options below override single values.")]
 Summary = Annotated[str | None, typer.Option(help="Also write one row per group (question_id, group, role, size, "
                                                   "kept, reason) to this .parquet or .jsonl path.")]
@@ -70,13 +70,14 @@ def group(
     inputs: Inputs = None,
     output: Output = "-",
     preset: Preset = "paper",
+    old_preset: OldRules = None,
     tau: Annotated[float | None, typer.Option(help="Unigram F1 a normalised sub-query needs with a cluster's "
-                                                   "first member to join it. Default 0.8 (both presets).")] = None,
+                                                   "first member to join it. Default 0.8 (both rule sets).")] = None,
     kmin: Annotated[int | None, typer.Option(help="Smallest ranker cluster that trains. Default 3.")] = None,
     kmin_strict: Annotated[bool | None, typer.Option(
         "--kmin-strict/--kmin-inclusive",
         help="Strict keeps clusters of size > k_min (official code); inclusive keeps size >= k_min (paper). "
-             "Default: the preset's.")] = None,
+             "Default: --rules'.")] = None,
     summary: Summary = None,
     quiet: Quiet = False,
 ) -> None:
@@ -88,6 +89,7 @@ def group(
     that failed the agent's format check are left out before clustering. Clusters whose rewards turn out all
     equal are dropped later, by `cosearch reward`.
     """
+    preset = old_preset or preset
     config = grouping.resolve_config(preset, tau=tau, kmin=kmin, kmin_strict=kmin_strict)
     reader, records = iter_records(inputs, "rollout", grouping.check_rollout)
     # Questions group independently, so each record is serialised as soon as it is grouped and only its
@@ -104,6 +106,6 @@ def group(
                              upstream=reader.upstream)
     write_outputs(lines, groups, output, summary, manifest)
     if not quiet:
-        stderr.print(f"group: {len(lines):,} questions, preset {preset} (tau {config.tau}, keep size "
+        stderr.print(f"group: {len(lines):,} questions, rules {preset} (tau {config.tau}, keep size "
                      f"{'>' if config.kmin_strict else '>='} {config.kmin})\n{grouping.describe_groups(groups)}",
                      highlight=False, markup=False, soft_wrap=True)

@@ -11,7 +11,7 @@ import typer
 
 from cosearch_cli.artifacts import Reader, make_manifest, write_json_atomic
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Quiet, Seed, Threads, progress, stderr, use_threads
+from cosearch_cli.cli.common import OldSizes, Quiet, Seed, Sizes, Threads, progress, stderr, use_threads
 from cosearch_cli.cli.evaluate import show, write_png, write_summary
 from cosearch_cli.errors import ConfigError, InputError, NothingToDo, RecordError
 from cosearch_cli.evaluate import DATASETS
@@ -101,15 +101,15 @@ def oracle_command(
              "command continues where it stopped.")] = "runs/oracle-study",
     per_dataset: Annotated[int, typer.Option(
         help="Use only the first N questions of each dataset (0: all).")] = 0,
-    preset: Annotated[str, typer.Option(help="Rollout settings preset: cpu (this machine) or paper "
-                                             "(N=50, K=5, T=6).")] = "cpu",
+    preset: Sizes = "cpu",
+    old_preset: OldSizes = None,
     n: Annotated[int, typer.Option(help="Trajectories per question; a question scores their mean.")] = 1,
     greedy: Annotated[bool, typer.Option(
         "--greedy/--sample", help="Greedy decoding (the papers' evaluation setting) or seeded sampling.")] = True,
-    max_turns: Annotated[int | None, typer.Option(help="Search turns allowed (default: the preset's).")] = None,
+    max_turns: Annotated[int | None, typer.Option(help="Search turns allowed (default: --sizes').")] = None,
     top_n: Annotated[int | None, typer.Option(
-        help="Candidates the retriever returns per search, N (default: the preset's).")] = None,
-    k: Annotated[int | None, typer.Option(help="Passages shown to the agent, K (default: the preset's).")] = None,
+        help="Candidates the retriever returns per search, N (default: --sizes').")] = None,
+    k: Annotated[int | None, typer.Option(help="Passages shown to the agent, K (default: --sizes').")] = None,
     question_chunk: Annotated[int | None, typer.Option(
         help="Questions in flight at once (the agent's batch is n x this; default: the preset's).")] = None,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
@@ -138,6 +138,7 @@ def oracle_command(
     from cosearch_cli.rollout import RolloutStats, live_counter, run_rollouts
     from cosearch_cli.rollout import preset as rollout_preset
 
+    preset = old_preset or preset
     halves = study_halves(ranker)
     if per_dataset < 0 or bootstrap < 1 or block < 0:
         raise ConfigError("--per-dataset must be 0 or more and --bootstrap at least 1",

@@ -13,7 +13,7 @@ import typer
 from cosearch_cli import advantages, grouping, rewards
 from cosearch_cli.artifacts import dumps, make_manifest
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Inputs, Output, Quiet, stderr
+from cosearch_cli.cli.common import Inputs, OldRules, Output, Quiet, stderr
 from cosearch_cli.cli.group import Summary, iter_records, read_records, write_outputs
 from cosearch_cli.errors import ConfigError, NothingToDo
 from cosearch_cli.gcpause import paused_gc
@@ -21,7 +21,7 @@ from cosearch_cli.gcpause import paused_gc
 STREAM_CHUNK = 64  # questions scored together when records stream (scale group/none)
 
 Preset = Annotated[Literal["paper", "official"], typer.Option(
-    help="Named settings. paper: gamma 0.5 (r_rel <= gamma alone), r_rel Hit@5, r_main = F1. official: gamma "
+    "--rules", help="Named rules. paper: gamma 0.5 (r_rel <= gamma alone), r_rel Hit@5, r_main = F1. official: gamma "
          "0.8 (strict), r_rel mean Hit@{1,3,5}, r_main = 1 if F1 >= 0.8, invalid output without an "
          "answer-bearing candidate gets only its penalty. The options below override single values.")]
 
@@ -98,6 +98,7 @@ def reward(
     inputs: Inputs = None,
     output: Output = "-",
     preset: Preset = "paper",
+    old_preset: OldRules = None,
     format_penalty: Annotated[float | None, typer.Option(
         help="Agent reward of a trajectory that failed the format check (replaces its F1). Default -0.2.")] = None,
     gamma: Annotated[float | None, typer.Option(
@@ -119,7 +120,7 @@ def reward(
     invalid_penalty_only: Annotated[bool | None, typer.Option(
         "--invalid-penalty-only/--invalid-keeps-main",
         help="An invalid output with no answer-bearing candidate gets only the penalty (official) or "
-             "r_main + penalty (paper preset).")] = None,
+             "r_main + penalty (paper rules).")] = None,
     evidence_weight: Annotated[float | None, typer.Option(
         help="Weight of the R-Search evidence reward in the agent reward: F1 of the --verifier's answer from the "
              "agent's <evidence> block alone. Default 0 (off).")] = None,
@@ -141,6 +142,7 @@ def reward(
     (reason singleton / all-equal-rewards). Writes the records at stage "scored"; prints what happened to
     stderr.
     """
+    preset = old_preset or preset
     config = rewards.resolve_config(
         preset, format_penalty=format_penalty, gamma=gamma, gamma_strict=gamma_strict, rel=rel, rel_k=rel_k,
         main=main, main_threshold=main_threshold, invalid_penalty=invalid_penalty,
@@ -180,5 +182,5 @@ def reward(
     if not quiet:
         if not any(g.kept for _, question_groups in groups for g in question_groups):
             stderr.print("warning: no group in this input has a training signal", highlight=False, markup=False)
-        stderr.print(f"reward: {len(lines):,} questions, preset {preset}, scale {scale}\n{tally.describe()}\n"
+        stderr.print(f"reward: {len(lines):,} questions, rules {preset}, scale {scale}\n{tally.describe()}\n"
                      f"{grouping.describe_groups(groups)}", highlight=False, markup=False, soft_wrap=True)

@@ -10,8 +10,8 @@ import typer
 
 from cosearch_cli.artifacts import Writer, make_manifest
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import (FIXTURE_INDEX, FIXTURES, Output, Questions, Quiet, Seed, Threads,
-                                     fixture_default, progress, stderr, use_threads)
+from cosearch_cli.cli.common import (FIXTURE_INDEX, FIXTURES, OldSizes, Output, Questions, Quiet, Seed, Sizes,
+                                     Threads, fixture_default, progress, stderr, use_threads)
 from cosearch_cli.errors import ConfigError, InputError
 from cosearch_cli.records import read_questions
 
@@ -50,7 +50,7 @@ def rollout(
     questions: Questions = None,
     index: Annotated[str | None, typer.Option(
         help="Index folder from `cosearch index` (default: indexes/fixture, announced on stderr).")] = None,
-    n: Annotated[int | None, typer.Option(help="G: trajectories per question (default: the preset's).")] = None,
+    n: Annotated[int | None, typer.Option(help="G: trajectories per question (default: --sizes').")] = None,
     agent: Annotated[str, typer.Option(help="Agent model: 'smollm2' (embedded) or a local HF folder.")] = "smollm2",
     ranker: Annotated[Literal["llm", "none", "oracle"], typer.Option(
         help="llm: generative listwise ranker; none: the retriever's top-K (Search-R1); oracle: candidates "
@@ -59,20 +59,19 @@ def rollout(
         help="Ranker model for --ranker llm (default: the agent's model, loaded once).")] = None,
     backend: Annotated[Literal["hf", "vllm"], typer.Option(
         help="Generation backend: hf (transformers) or vllm (pip install 'cosearch[vllm]').")] = "hf",
-    preset: Annotated[Literal["cpu", "paper"], typer.Option(
-        help="cpu: G=4 N=10 K=3 T=2, 80 new tokens a turn, 48-token passages (fits a 2-core CPU). paper: "
-             "G=8 N=50 K=5 T=6, 500 new tokens a turn, 160-token passages. Options below override it.")] = "cpu",
+    preset: Sizes = "cpu",
+    old_preset: OldSizes = None,
     max_turns: Annotated[int | None, typer.Option(help="T: search turns allowed; then the agent must answer.")] = None,
     top_n: Annotated[int | None, typer.Option(help="N: retriever candidates per search (the ranker's input).")] = None,
     k: Annotated[int | None, typer.Option(help="K: passages the ranker picks and the agent sees.")] = None,
     greedy: Annotated[bool, typer.Option("--greedy", help="Argmax decoding (evaluation); default: sampling.")] = False,
     temperature: Annotated[float, typer.Option(help="Sampling temperature (log-probs are recorded at it).")] = 1.0,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass.")] = 1.0,
-    max_new_tokens: Annotated[int | None, typer.Option(help="Agent tokens per turn (default: the preset's).")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Agent tokens per turn (default: --sizes').")] = None,
     ranker_max_new_tokens: Annotated[int | None, typer.Option(
-        help="Ranker tokens per call, reason + ranking (default: the preset's).")] = None,
+        help="Ranker tokens per call, reason + ranking (default: --sizes').")] = None,
     passage_tokens: Annotated[int | None, typer.Option(
-        help="Tokens of each passage shown to the agent (default: the preset's).")] = None,
+        help="Tokens of each passage shown to the agent (default: --sizes').")] = None,
     question_chunk: Annotated[int | None, typer.Option(
         help="Questions in flight at once (batch = G x this); bounds memory.")] = None,
     template: Annotated[str | None, typer.Option(
@@ -106,6 +105,7 @@ def rollout(
     from cosearch_cli.rollout import preset as make_preset
     from cosearch_cli.rollout import run_rollouts
 
+    preset = old_preset or preset
     overrides = dict(n=n, max_turns=max_turns, top_n=top_n, k=k, max_new_tokens=max_new_tokens,
                      ranker_max_new_tokens=ranker_max_new_tokens, passage_tokens=passage_tokens,
                      question_chunk=question_chunk)

@@ -12,7 +12,7 @@ import typer
 
 from cosearch_cli.artifacts import Writer, make_manifest, write_json_atomic
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import (Overwrite, Quiet, Seed, Threads, progress, refuse_existing, stderr,
+from cosearch_cli.cli.common import (OldSizes, Overwrite, Quiet, Seed, Threads, progress, refuse_existing, stderr,
                                      use_threads)
 from cosearch_cli.errors import ConfigError, NothingToDo
 
@@ -30,10 +30,12 @@ def warmup(
     exclude: Annotated[list[str] | None, typer.Option(
         help="Evaluation question files (repeatable); refuse to train on any question in them.")] = None,
     preset: Annotated[Literal["cpu", "paper"], typer.Option(
-        help="Rollout preset whose prompt format, T, N, K and passage lengths the demonstrations follow.")] = "cpu",
-    max_turns: Annotated[int | None, typer.Option(help="T: most searches per demonstration (default: preset).")]
+        "--sizes", help="Rollout sizes (as in `cosearch rollout`) whose prompt format, T, N, K and passage lengths "
+                        "the demonstrations follow.")] = "cpu",
+    old_preset: OldSizes = None,
+    max_turns: Annotated[int | None, typer.Option(help="T: most searches per demonstration (default: --sizes').")]
     = None,
-    k: Annotated[int | None, typer.Option(help="K: passages shown per search (default: preset).")] = None,
+    k: Annotated[int | None, typer.Option(help="K: passages shown per search (default: --sizes').")] = None,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
     ranker: Annotated[bool, typer.Option(help="Also train on ranker demonstrations (same model).")] = True,
     keep_unsupported: Annotated[bool, typer.Option(
@@ -66,6 +68,7 @@ def warmup(
     if epochs < 1 or lr <= 0 or token_budget < 1:
         raise ConfigError("--epochs and --token-budget must be at least 1 and --lr positive",
                           fix="e.g. --epochs 1 --lr 5e-5 --token-budget 4096")
+    preset = old_preset or preset
     refuse_existing(out, overwrite)
     use_threads(threads, quiet)
     overrides = {key: value for key, value in dict(max_turns=max_turns, k=k).items() if value is not None}
