@@ -74,6 +74,7 @@ def _ranker_figures(calls: FixedCalls | None, ranker_before: Sequence[CallScore]
     out["ranker_counts"] = {"questions": calls.questions(), "calls": len(calls.pairs),
                             "calls_with_answer": q_retriever["calls_with_answer"],
                             "skipped_no_candidates": calls.skipped_no_candidates, "k": calls.k,
-                            "invalid_before": q_before["invalid"], "invalid_after": q_after["invalid"]}
+                            "invalid_before": q_before["invalid"], "invalid_after": q_after["invalid"],
+                            "thin_datasets": q_retriever["thin_datasets"]}
     assert set(out) == set(keys), "every ranker figure is named in `keys`"
     return out

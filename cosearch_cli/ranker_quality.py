@@ -20,7 +20,9 @@ and its output is scored:
 Figures per dataset pool its counted calls; single-hop, multi-hop and average are unweighted means over the
 datasets present, as in cosearch_cli/evaluate.py. Differences between two orders on the same calls get a
 paired cluster bootstrap (evaluate.paired_bootstrap with weights): questions are resampled within each
-dataset and a question's calls move together.
+dataset and a question's calls move together. A dataset with a single scored question contributes no spread
+(every replicate redraws that question), so its difference enters the interval as if it were exact:
+`quality()` names such datasets (`thin_datasets`) so a report can say so.
 """
 
 from __future__ import annotations
@@ -190,15 +192,18 @@ def quality(scores: Sequence[CallScore]) -> dict:
     rows = []
     for dataset, members in by_dataset.items():
         counted = [s for s in members if s.hit1 is not None]
-        row = {"dataset": dataset, "questions": len({s.question_id for s in members}), "calls": len(members),
+        row = {"dataset": dataset, "questions": len({s.question_id for s in members}),
+               "questions_with_answer": len({s.question_id for s in counted}), "calls": len(members),
                "calls_with_answer": len(counted), "invalid": sum(not s.valid for s in members)}
         for metric in METRICS:
             row[metric] = sum(getattr(s, metric) for s in counted) / len(counted) if counted else None
         rows.append(row)
     rows.sort(key=lambda r: DATASETS.index(r["dataset"]))
-    groups = group_rows(rows, averaged=METRICS, summed=("questions", "calls", "calls_with_answer", "invalid"))
+    groups = group_rows(rows, averaged=METRICS, summed=("questions", "questions_with_answer", "calls",
+                                                         "calls_with_answer", "invalid"))
     return {"datasets": rows, "groups": groups, **{key: groups[-1][key] for key in
-                                                   ("calls", "calls_with_answer", "invalid", *METRICS)}}
+                                                   ("calls", "calls_with_answer", "invalid", *METRICS)},
+            "thin_datasets": [r["dataset"] for r in rows if r["questions_with_answer"] == 1]}
 
 
 def paired_difference(a: Sequence[CallScore], b: Sequence[CallScore], metric: str, *, samples: int = 1000,

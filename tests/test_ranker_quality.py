@@ -90,6 +90,7 @@ def test_quality_and_paired_difference_by_hand():
     assert q["ndcg"] == pytest.approx(((1 + 1 / L3) / 2 + 1) / 2)
     assert r["ndcg"] == pytest.approx(((1 / L3 + 1) / 2 + 0) / 2)
     assert (q["calls"], q["calls_with_answer"], q["invalid"]) == (4, 3, 1)
+    assert rows["nq"]["questions_with_answer"] == 1 and q["thin_datasets"] == ["nq", "hotpotqa"]
     # B - A = ranker - retriever. nq's only counted question q1 has call differences +1 and -1 (mean 0, two
     # calls), hotpotqa's q3 +1: one counted question per dataset, so every replicate equals the point.
     diff = paired_difference(retriever, ranker, "hit1", samples=200, seed=0)
@@ -249,6 +250,9 @@ def test_evaluate_ranker_command(tmp_path, index_dir, tiny_dir, recorded, one_to
     assert set(summary["differences"]) == {"ranker_vs_retriever", "ranker_vs_baseline", "baseline_vs_retriever"}
     assert summary["manifest"]["stage"] == "evaluate-ranker" and summary["manifest"]["upstream"][-1]["stage"] == "index"
     assert "Ranker quality" in result.stderr and "Paired differences" in result.stderr
+    # one question per dataset: every dataset with a scored call is named as too thin for its own spread
+    thin = orders["retriever"]["thin_datasets"]
+    assert thin and "one scored question each" in " ".join(result.stderr.split()) and thin[0] in result.stderr
     import polars as pl
 
     rows = pl.read_parquet(tmp_path / "calls.parquet")
@@ -291,7 +295,8 @@ def test_compare_runs_by_hand():
     assert report["ranker_before_vs_retriever_ci"] == [0.0, 0.0]
     assert report["ranker_ndcg_after"] == pytest.approx(((1 + 1 / L3) / 2 + 1) / 2)
     assert report["ranker_counts"] == {"questions": 3, "calls": 4, "calls_with_answer": 3, "skipped_no_candidates": 1,
-                                       "k": 2, "invalid_before": 0, "invalid_after": 1}
+                                       "k": 2, "invalid_before": 0, "invalid_after": 1,
+                                       "thin_datasets": ["nq", "hotpotqa"]}
     no_ranker = compare_runs(before, after, samples=100)
     assert no_ranker["ranker_hit1_after"] is None and no_ranker["ranker_vs_retriever_ci"] is None
     assert no_ranker["agent_f1_gain"] == report["agent_f1_gain"]

@@ -249,6 +249,12 @@ def rerank_with(model: str, calls, records: list, opened, *, constrain: str, bac
     return scores
 
 
+def warn_thin(datasets: list[str]) -> None:
+    if datasets:
+        stderr.print(f"[yellow]note:[/] {', '.join(datasets)}: one scored question each, so the ranker intervals "
+                     "take their differences as exact; use more questions per dataset")
+
+
 _ORDER_COLUMNS = [("order", "order"), ("calls", "calls"), ("calls_with_answer", "with answer"), ("hit1", "Hit@1"),
                   ("ndcg", "nDCG@K"), ("invalid", "invalid")]
 _DIFF_COLUMNS = [("comparison", "B - A"), ("metric", "metric"), ("diff", "diff"), ("ci_low", "CI low"),
@@ -326,6 +332,7 @@ def ranker_command(
         rows = [{"comparison": name, "metric": metric} | boot.get("average", {})
                 for name, by_metric in differences.items() for metric, boot in by_metric.items()]
         show(render(rows, _DIFF_COLUMNS, f"Paired differences on the same calls, average, {level} CI"))
+        warn_thin(summary["orders"]["retriever"]["thin_datasets"])
     write_summary(output, summary | {"manifest": manifest})
 
 
@@ -427,4 +434,5 @@ def compare_command(
         columns = [("figure", ""), ("before", "before"), ("after", "after"), ("gain", "gain"),
                    ("ci_low", f"{confidence:.0%} CI low"), ("ci_high", "CI high")]
         show(render(_gain_rows(report), columns, f"Before vs after on {report['questions']} held-out questions"))
+        warn_thin((report["ranker_counts"] or {}).get("thin_datasets", []))
     write_summary(output, {"kind": "learning_gain", **report, "manifest": manifest})
