@@ -242,7 +242,7 @@ def rerank_with(model: str, calls, records: list, opened, *, constrain: str, bac
 
     loaded = load_backend(model, backend)
     with progress(quiet) as bar:
-        task = bar.add_task(f"ranking ({label})", total=len(calls.pairs))
+        task = bar.add(f"ranking ({label})", len(calls.pairs), unit="calls")
         scores = rerank(calls, loaded, opened.docs, constrained=constrained(constrain, records, model),
                         batch=batch_size, on_progress=lambda n: bar.advance(task, n))
     del loaded
