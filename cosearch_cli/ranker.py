@@ -3,8 +3,9 @@
 Three rankers, chosen by name (`RANKERS`):
 - `llm`: a generative listwise ranker. It reads the sub-query, the user's question and the numbered
   candidates, writes `<reason>...</reason>` then `<ranking>[i] > [j] > ...</ranking>` with exactly K distinct
-  ids. Strict parsing (training) rejects anything else and falls back to the retriever's top-K, flagged
-  invalid so the reward stage can penalise it. Lenient parsing (evaluation) keeps the valid ids in order
+  ids. Strict parsing (training) rejects anything else, a missing or unclosed reason included (METHOD.md counts
+  missing tags as invalid), and falls back to the retriever's top-K, flagged invalid so the reward stage can
+  penalise it. Lenient parsing (evaluation) keeps the valid ids in order
   and fills the rest in retriever order; `valid` still reports the strict verdict.
 - `none`: the retriever's top-K (Search-R1's setting).
 - `oracle`: candidates containing a gold answer first (in retriever order), then the rest in retriever order.
@@ -78,6 +79,9 @@ def _strict_ids(text: str, n: int, k: int) -> tuple[list[int], str | None]:
     start, end = text.find(RANKING_OPEN), text.find(RANKING_CLOSE)
     if start < 0 or end < start:
         return [], f"missing {RANKING_OPEN}...{RANKING_CLOSE}"
+    reason_start, reason_end = text.find(REASON_OPEN), text.find(REASON_CLOSE)
+    if not 0 <= reason_start < reason_end < start:
+        return [], f"missing {REASON_OPEN}...{REASON_CLOSE} before {RANKING_OPEN}"
     body = text[start + len(RANKING_OPEN):end]
     if not _STRICT_LIST.fullmatch(body):
         return [], "ranking is not of the form [i] > [j] > ..."

@@ -13,6 +13,7 @@ from cosearch_cli.constrain import (AgentConstraint, ConstraintLimits, RankerCon
 from cosearch_cli.errors import ConfigError
 from cosearch_cli.generation.base import GenerationRequest, SamplingSettings
 from cosearch_cli.generation.hf import HFBackend
+from cosearch_cli.ranker import parse_ranking as strict_ranking
 
 SEEDS = range(24)
 
@@ -97,6 +98,7 @@ def test_constrained_ranker_names_k_distinct_ids_in_range(backend, tiny_lm, clas
                    max_new_tokens=200)
     for g in outs:
         parse_ranking(g.text, n, min(n, k))
+        assert strict_ranking(g.text, n, k).valid  # the rollout's strict parser, which requires the reason
         assert re.fullmatch(ranker_regex(min(n, k)), g.text)
         assert len(g.token_ids) <= RankerConstraint(classes, n=n, k=k, limits=limits).max_tokens
 
@@ -253,6 +255,7 @@ def test_bounded_regexes_for_guided_decoders_close_every_part(classes):
 
     ranker, longest = regex_for(RankerConstraint(classes, n=12, k=3, limits=limits))
     assert re.fullmatch(ranker, "<reason>" + "r" * 16 + "</reason>\n<ranking> [12] > [1] > [3] </ranking>")
+    assert not re.fullmatch(ranker, "<ranking> [12] > [1] > [3] </ranking>")  # the reason is required
     assert not re.fullmatch(ranker, "<reason>" + "r" * 17 + "</reason>\n<ranking> [12] > [1] > [3] </ranking>")
     assert not re.fullmatch(ranker, "<reason>r</reason>\n<ranking> [123] > [1] > [3] </ranking>")
     assert not re.fullmatch(ranker, "<reason>r</reason>\n<ranking> [1] > [3] </ranking>")

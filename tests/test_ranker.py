@@ -14,15 +14,23 @@ def test_strict_parse_accepts_exactly_k_distinct_ids():
     assert parse_ranking(text, n=5, k=3) == Ranking([3, 0, 2], valid=True)
 
 
+R = "<reason>r</reason>"
+
+
 @pytest.mark.parametrize("text, error", [
-    ("[2] > [1] > [3]", "missing <ranking>...</ranking>"),
-    ("<ranking>[2] > [1] > [3]", "missing <ranking>...</ranking>"),
-    ("<ranking>[2], [1], [3]</ranking>", "ranking is not of the form [i] > [j] > ..."),
-    ("<ranking>[2] > [1]</ranking>", "expected 3 ids, got 2"),
-    ("<ranking>[2] > [1] > [3] > [4]</ranking>", "expected 3 ids, got 4"),
-    ("<ranking>[2] > [2] > [3]</ranking>", "duplicate ids"),
-    ("<ranking>[2] > [6] > [3]</ranking>", "id 6 out of range 1..5"),
-    ("<ranking>[0] > [1] > [3]</ranking>", "id 0 out of range 1..5"),
+    (R + "[2] > [1] > [3]", "missing <ranking>...</ranking>"),
+    (R + "<ranking>[2] > [1] > [3]", "missing <ranking>...</ranking>"),
+    (R + "<ranking>[2], [1], [3]</ranking>", "ranking is not of the form [i] > [j] > ..."),
+    (R + "<ranking>[2] > [1]</ranking>", "expected 3 ids, got 2"),
+    (R + "<ranking>[2] > [1] > [3] > [4]</ranking>", "expected 3 ids, got 4"),
+    (R + "<ranking>[2] > [2] > [3]</ranking>", "duplicate ids"),
+    (R + "<ranking>[2] > [6] > [3]</ranking>", "id 6 out of range 1..5"),
+    (R + "<ranking>[0] > [1] > [3]</ranking>", "id 0 out of range 1..5"),
+    # METHOD.md: missing tags make an output invalid, the reason's included
+    ("<ranking>[2] > [1] > [3]</ranking>", "missing <reason>...</reason> before <ranking>"),
+    ("<reason>r <ranking>[2] > [1] > [3]</ranking>", "missing <reason>...</reason> before <ranking>"),
+    ("r</reason><ranking>[2] > [1] > [3]</ranking>", "missing <reason>...</reason> before <ranking>"),
+    ("<ranking>[2] > [1] > [3]</ranking><reason>r</reason>", "missing <reason>...</reason> before <ranking>"),
 ])
 def test_strict_parse_falls_back_to_retriever_top_k(text, error):
     assert parse_ranking(text, n=5, k=3) == Ranking([0, 1, 2], valid=False, error=error)
@@ -30,17 +38,20 @@ def test_strict_parse_falls_back_to_retriever_top_k(text, error):
 
 def test_lenient_keeps_valid_ids_in_order_and_fills_from_retriever_order():
     # 6 is out of range, the second 4 is a duplicate: keep 4, 2; fill with 0 (retriever's first unused)
-    ranked = parse_ranking("<ranking>[4] > [6] > [4] > [2]</ranking>", n=5, k=3, lenient=True)
+    ranked = parse_ranking(R + "<ranking>[4] > [6] > [4] > [2]</ranking>", n=5, k=3, lenient=True)
     assert ranked == Ranking([3, 1, 0], valid=False, error="expected 3 ids, got 4")
+    # without a reason the ids are kept all the same; only the strict verdict says invalid
+    assert parse_ranking("<ranking>[3] > [1] > [2]</ranking>", 5, 3, lenient=True) == Ranking(
+        [2, 0, 1], valid=False, error="missing <reason>...</reason> before <ranking>")
     # without tags the ids are read from the whole output; extra ids are cut at K
     assert parse_ranking("best: [5] then [3] then [1] [2]", n=5, k=3, lenient=True).permutation == [4, 2, 0]
     assert parse_ranking("no ids at all", n=5, k=3, lenient=True).permutation == [0, 1, 2]
     # lenient does not change a valid output
-    assert parse_ranking("<ranking>[3] > [1] > [2]</ranking>", 5, 3, lenient=True) == Ranking([2, 0, 1], True)
+    assert parse_ranking(R + "<ranking>[3] > [1] > [2]</ranking>", 5, 3, lenient=True) == Ranking([2, 0, 1], True)
 
 
 def test_fewer_candidates_than_k_needs_all_of_them():
-    assert parse_ranking("<ranking>[2] > [1]</ranking>", n=2, k=3) == Ranking([1, 0], valid=True)
+    assert parse_ranking(R + "<ranking>[2] > [1]</ranking>", n=2, k=3) == Ranking([1, 0], valid=True)
     assert top_k(2, 3) == [0, 1]
 
 
