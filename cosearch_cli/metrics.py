@@ -101,3 +101,14 @@ def has_answer(passage: str, answers: Sequence[str]) -> bool:
             if passage_tokens[start] == first and passage_tokens[start:start + width] == answer_tokens:
                 return True
     return False
+
+
+# What a rollout's candidate_has_answer flags were computed on; recorded in its `sampling`.
+ANSWER_CONTAINMENT = "text"
+
+
+def passage_has_answer(passage, answers: Sequence[str]) -> bool:
+    """Whether a retrieved passage contains a gold answer: DPR's has_answer on its text, never its title (a
+    passage titled "Protestantism" whose text says only "Protestant" does not contain "Protestantism").
+    The ranker's reward (r_rel), its easy/hard split, the oracle ranker and Hit@k all use this."""
+    return has_answer(passage.text, answers)

@@ -146,12 +146,16 @@ def recorded_scores(calls: FixedCalls) -> list[CallScore]:
 def check_passages(calls: FixedCalls, passages: dict) -> None:
     """The index must be the one the calls were retrieved from: the passages must still hold the answers the
     rollout found in them."""
-    from cosearch_cli.metrics import has_answer
+    from cosearch_cli.metrics import ANSWER_CONTAINMENT, has_answer, passage_has_answer
 
     for record, call in calls.pairs:
+        current = record.sampling.get("answer_containment") == ANSWER_CONTAINMENT
         for pid, recorded in zip(call.candidate_ids, call.candidate_has_answer):
             p = passages[pid]
-            if has_answer(f"{p.title}\n{p.text}", record.answers) != recorded:
+            # rollouts that do not name their containment counted the title too
+            found = passage_has_answer(p, record.answers) if current else has_answer(f"{p.title}\n{p.text}",
+                                                                                      record.answers)
+            if found != recorded:
                 raise InputError(f"passage {pid!r} of call {call.id!r} does not match what the rollout recorded "
                                  f"(has_answer {recorded})", fix="pass the index the rollout searched (--index)")
 

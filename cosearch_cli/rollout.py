@@ -28,7 +28,7 @@ from cosearch_cli.formats import AGENT_STOPS, RANKER_STOPS
 from cosearch_cli.generation import load_backend  # noqa: F401  (part of this module's API)
 from cosearch_cli.generation.base import Constraint, GenerationBackend, GenerationRequest, SamplingSettings
 from cosearch_cli.generation.hf import derive_seed
-from cosearch_cli.metrics import has_answer
+from cosearch_cli.metrics import ANSWER_CONTAINMENT, passage_has_answer
 from cosearch_cli.records import Question, RankerCall, RolloutRecord, Trajectory, Turn
 
 
@@ -120,6 +120,7 @@ class RolloutConfig:
         out["constrain"] = [role for role, factory in (("agent", self.agent_constraint),
                                                         ("ranker", self.ranker_constraint)) if factory]
         out["template"] = asdict(self.template) if self.template != AgentTemplate() else "default"
+        out["answer_containment"] = ANSWER_CONTAINMENT
         return out
 
 
@@ -391,7 +392,7 @@ def _search_turn(searching: list[_Live], pool: list[_InFlight], index, retriever
         calls.append(RankerCall(
             id=f"{traj.question.id}/s{traj.sample}/t{turn}", sample=traj.sample, turn=turn, query=query,
             ranker=config.ranker, candidate_ids=[h.id for h in hits], candidate_scores=[float(h.score) for h in hits],
-            candidate_has_answer=[has_answer(f"{p.title}\n{p.text}", traj.question.answers) for p in candidates],
+            candidate_has_answer=[passage_has_answer(p, traj.question.answers) for p in candidates],
             permutation=[], chosen_ids=[]))
     _rank(calls, searching, passages, ranker_backend, config, stats)
 

@@ -27,7 +27,7 @@ from cosearch_cli import agent as agent_prompts
 from cosearch_cli import ranker as ranking
 from cosearch_cli.constrain import ConstraintLimits, agent_turn_ids, free_text, ranker_output_ids
 from cosearch_cli.errors import InputError
-from cosearch_cli.metrics import has_answer
+from cosearch_cli.metrics import passage_has_answer
 from cosearch_cli.records import Passage, Question
 from cosearch_cli.rollout import RolloutConfig
 from cosearch_cli.splits import QuestionKeys
@@ -103,7 +103,7 @@ def demo_ranking(question: Question, candidates: Sequence[Passage], k: int) -> t
     """0-based order of the k passages to show (answer-bearing, then gold, then retriever order) and a reason."""
     gold_ids = set(question.extra.get("gold_passage_ids") or [])
     titles = gold_titles(question)
-    has = [has_answer(f"{p.title}\n{p.text}", question.answers) for p in candidates]
+    has = [passage_has_answer(p, question.answers) for p in candidates]
     gold = [p.id in gold_ids or p.title.lower() in titles for p in candidates]
     order = sorted(range(len(candidates)), key=lambda i: (not has[i], not gold[i], i))[:min(k, len(candidates))]
     if not order:
@@ -160,7 +160,7 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
             candidates = index.docs.get([h.id for h in hits])
             order, reason = demo_ranking(question, candidates, config.k)
             shown = [candidates[i] for i in order]
-            shown_answer |= any(has_answer(f"{p.title}\n{p.text}", question.answers) for p in shown)
+            shown_answer |= any(passage_has_answer(p, question.answers) for p in shown)
             if with_ranker and candidates:
                 r_prompt = ranking.prompt_ids(tokenizer, question.question, query, candidates, config.k,
                                               config.ranker_passage_tokens)

@@ -101,3 +101,13 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def fixture_bm25(tmp_path_factory):
+    """The real BM25 index (bm25s, no dense part) over fixtures/corpus.jsonl, opened."""
+    from cosearch_cli.index import Corpus, build_index, open_index
+
+    folder = tmp_path_factory.mktemp("fixture-bm25") / "ix"
+    build_index(Corpus(str(FIXTURES / "corpus.jsonl")), folder)
+    return open_index(folder)

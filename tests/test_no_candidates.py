@@ -24,12 +24,8 @@ from cosearch_cli.update.batch import training_sequences
 
 
 @pytest.fixture(scope="module")
-def bm25_index(tmp_path_factory, fixtures_dir):
-    from cosearch_cli.index import Corpus, build_index, open_index
-
-    folder = tmp_path_factory.mktemp("bm25") / "ix"
-    build_index(Corpus(str(fixtures_dir / "corpus.jsonl")), folder)
-    return open_index(folder)
+def bm25_index(fixture_bm25):
+    return fixture_bm25
 
 
 @pytest.fixture(scope="module")

@@ -325,3 +325,20 @@ def test_evaluate_compare_command(tmp_path, index_dir, tiny_dir, recorded, one_t
     assert report["manifest"]["stage"] == "evaluate-compare"
     one_line_error(run_cli("evaluate", "compare", before, after, "--ranker-after", tiny_dir), 4, "need --index")
     one_line_error(run_cli("evaluate", "compare", before, tmp_path / "none.jsonl"), 3, "file not found")
+
+
+def test_passage_check_uses_the_containment_the_rollout_recorded(fixture_bm25):
+    from cosearch_cli.ranker_quality import check_passages
+
+    # musique-003220's title "Protestantism" holds the answer; its text does not
+    def calls(sampling, flag):
+        record = make_record("q1", "musique", ["Protestantism"], [("x", 1, True)], [([flag], [0], True)],
+                             ranker="llm", sampling=sampling)
+        record.ranker_calls[0].candidate_ids = ["musique-003220"]
+        return fixed_calls([record])
+
+    passages = dict(zip(["musique-003220"], fixture_bm25.docs.get(["musique-003220"])))
+    check_passages(calls({"k": 1, "answer_containment": "text"}, False), passages)
+    check_passages(calls({"k": 1}, True), passages)  # written before the text-only rule: title + text
+    with pytest.raises(InputError, match="does not match what the rollout recorded"):
+        check_passages(calls({"k": 1, "answer_containment": "text"}, True), passages)

@@ -10,6 +10,7 @@ from cosearch_cli.agent import prompt_ids
 from cosearch_cli.errors import ConfigError
 from cosearch_cli.generation.base import Generation
 from cosearch_cli.generation.hf import HFBackend
+from cosearch_cli.metrics import has_answer
 from cosearch_cli.models import load_tokenizer
 from cosearch_cli.records import Hit, Passage, Question
 from cosearch_cli.rollout import RolloutConfig, RolloutStats, run_rollouts
@@ -300,3 +301,26 @@ def test_prefix_reuse_changes_no_record_and_frees_finished_trajectories(tiny_lm,
         for x, y in zip(a.ranker_calls, b.ranker_calls):
             assert x.output_ids == y.output_ids
             assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
+
+
+def test_answer_containment_reads_the_passage_text_not_its_title(tokenizer, fixture_bm25):
+    # fixture passage musique-003220 is titled "Protestantism"; its text says "Protestant" only
+    (passage,) = fixture_bm25.docs.get(["musique-003220"])
+    answers = ["a set of Protestant Christian assumptions", "Protestantism"]
+    assert has_answer(f"{passage.title}\n{passage.text}", answers) and not has_answer(passage.text, answers)
+
+    def reply(prompt):
+        if "<information>" not in prompt.split("<|im_start|>assistant")[1]:
+            return "<think>t</think><search> Protestantism </search>"
+        return "<answer> Protestantism </answer>"
+
+    question = Question("q0", "What did the individual who prepared the Grand Model use as a basis for his "
+                              "political beliefs?", answers)
+    (record,) = run_rollouts([question], agent=Scripted(tokenizer, reply), ranker_backend=None,
+                             index=fixture_bm25, config=RolloutConfig(n=1, top_n=10, k=3, ranker="oracle"))
+    call = record.ranker_calls[0]
+    flags = dict(zip(call.candidate_ids, call.candidate_has_answer))
+    assert flags["musique-003220"] is False  # DPR: the text only
+    texts = {p.id: p.text for p in fixture_bm25.docs.get(call.candidate_ids)}
+    assert flags == {pid: has_answer(texts[pid], answers) for pid in call.candidate_ids}
+    assert record.sampling["answer_containment"] == "text"
