@@ -186,14 +186,19 @@ class RolloutStats:
 
 
 def live_counter(stats: RolloutStats, backends: Iterable = ()) -> Callable[[], str]:
-    """Work below the question level, for progress bars: trajectories finished and tokens generated since
-    now (per decode step where a backend counts them, as the transformers backend does; else per batch)."""
+    """Work below the question level, for progress bars: trajectories finished, tokens generated and prompt
+    tokens read since now (per forward pass where a backend counts them, as the transformers backend does;
+    else generated tokens per finished batch). Reading counts too: a ranker call reads ~480 tokens to write ~43."""
     counters = list({id(b): b.counters for b in backends if b is not None and hasattr(b, "counters")}.values())
-    start = sum(c.decode_rows for c in counters)
+    start = [sum(c.decode_rows for c in counters), sum(c.encoded_tokens for c in counters)]
 
     def live() -> str:
-        tokens = sum(c.decode_rows for c in counters) - start if counters else stats.agent_tokens + stats.ranker_tokens
-        return f"{stats.finished:,} trajectories finished, {tokens:,} tokens generated"
+        finished = f"{stats.finished:,} trajectories finished"
+        if not counters:
+            return f"{finished}, {stats.agent_tokens + stats.ranker_tokens:,} tokens generated"
+        generated = sum(c.decode_rows for c in counters) - start[0]
+        read = sum(c.encoded_tokens for c in counters) - start[1]
+        return f"{finished}, {generated:,} tokens generated, {read:,} read"
 
     return live
 

@@ -168,7 +168,7 @@ def test_design_card_pipe_runs_on_the_fixture_defaults_with_progress_in_the_log(
     assert "--index not given: using the fixture's indexes/fixture" in rolled.stderr
     assert "torch threads: 1 (--threads)" in rolled.stderr
     assert re.search(r"\d\d:\d\d:\d\d rollout: 2/2 questions \(100%\), done, .* elapsed; 16 trajectories finished, "
-                     r"\d[\d,]* tokens generated", rolled.stderr), rolled.stderr
+                     r"\d[\d,]* tokens generated, \d[\d,]* read", rolled.stderr), rolled.stderr
     first_train_id = orjson.loads((FIXTURES / "train.jsonl").read_bytes().splitlines()[0])["id"]
     assert orjson.loads(rolled.stdout.splitlines()[0])["question_id"] == first_train_id
     grouped = cli("group", "--kmin", "3", input=rolled.stdout)
