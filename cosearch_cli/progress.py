@@ -100,13 +100,17 @@ class Task:
     def line(self, now: float) -> str:
         """The whole plain line (without the clock time)."""
         unit = f" {self.unit}" if self.unit else ""
+        parts = []
         if self.total is not None:
             share = f" ({self.done / self.total:.0%})" if self.total else ""
-            count = f"{_count(self.done)}/{_count(self.total)}{unit}{share}"
-        else:
-            count = f"{_count(self.done)}{unit}" if self.done else "running"
-        state = "done, " if self.ended is not None else ""
-        return f"{self.label}: {count}, {state}{self.status(now)}"
+            parts.append(f"{_count(self.done)}/{_count(self.total)}{unit}{share}")
+        elif self.done:
+            parts.append(f"{_count(self.done)}{unit}")
+        if self.ended is not None:
+            parts.append("done")
+        elif not parts:
+            parts.append("running")
+        return f"{self.label}: {', '.join(parts)}, {self.status(now)}"
 
 
 def _count(value: float) -> str:

@@ -146,3 +146,31 @@ def test_thread_count_follows_the_cpus_this_process_may_use():
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no sched_getaffinity on this platform")
     assert thread_count(None, {}) == (len(os.sched_getaffinity(0)), "CPUs this process may use")
+
+
+def test_every_train_step_reports_in_a_log_file(tmp_path):
+    # The demo printed nothing for 12.6 minutes into a log: now each step the runner announces is a task, so an
+    # update or evaluation gets a line every interval too, and rollouts count their questions.
+    from cosearch_cli import train as training
+    from cosearch_cli.cli.train import _runner
+
+    clock = Clock(0.0)
+    bar, sink = _plain(clock)
+    with bar:
+        runner = _runner(training.TrainConfig(out=str(tmp_path)), bar)
+        runner.log("iteration 0: rollouts of 4 questions x 4")
+        runner.on_rollout(0, 4)
+        clock.now = 20.0
+        bar.tick()
+        runner.on_rollout(1, 4)
+        runner.log("iteration 0: agent update")
+        clock.now = 50.0
+        bar.tick()
+    assert _messages(sink) == [
+        "iteration 0: rollouts of 4 questions x 4",
+        "iteration 0: rollouts of 4 questions x 4: 0/4 questions (0%), 0:20 elapsed, time left unknown yet",
+        "iteration 0: rollouts of 4 questions x 4: 1/4 questions (25%), done, 3.0/min, 0:20 elapsed",
+        "iteration 0: agent update",
+        "iteration 0: agent update: running, 0:30 elapsed",
+        "iteration 0: agent update: done, 0:30 elapsed",
+    ]
