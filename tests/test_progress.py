@@ -174,3 +174,21 @@ def test_every_train_step_reports_in_a_log_file(tmp_path):
         "iteration 0: agent update: running, 0:30 elapsed",
         "iteration 0: agent update: done, 0:30 elapsed",
     ]
+
+
+def test_terminal_bars_show_counts_rate_and_the_live_text():
+    sink = io.StringIO()
+    clock = Clock(0.0)
+    console = Console(file=sink, width=160, force_terminal=True, color_system=None)
+    ticks = []
+    with Progress(console=console, clock=clock) as bar:
+        assert not bar.plain
+        task = bar.add("rollout", 2, unit="questions", live=lambda: ticks.append(1) or "7 tokens generated")
+        clock.now = 30.0
+        bar.advance(task)
+        bar.log("a line above the bars")
+        bar.advance(task)
+        bar.finish(task)
+    out = sink.getvalue()
+    assert "rollout" in out and "2/2 questions" in out and "7 tokens generated" in out and ticks
+    assert "a line above the bars" in out and "0:30 elapsed" in out

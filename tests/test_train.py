@@ -280,3 +280,20 @@ def test_warmup_runs_first_and_the_run_starts_from_it(tmp_path, tiny_model_dir):
     assert runner._reference("agent") is not None and runner._ref[0] == str(warm)
     with pytest.raises(ConfigError, match="warmup"):
         _config(tmp_path / "c", tiny_model_dir, warmup_epochs=0)
+
+
+def test_demo_summary_says_which_models_were_updated_with_how_many_groups(tmp_path):
+    from cosearch_cli.demo import _updates_line
+
+    rows = [{"iteration": 0, "agent_skipped": True, "ranker_skipped": True, "agent_groups_kept": 0},
+            {"iteration": 1, "agent_skipped": False, "agent_groups_kept": 2, "ranker_skipped": True,
+             "ranker_groups_kept": 0},
+            {"iteration": 2, "agent_skipped": True, "ranker_skipped": True}]
+    for row in rows:
+        folder = tmp_path / f"iter-{row['iteration']:04d}"
+        folder.mkdir()
+        (folder / "metrics.json").write_bytes(orjson.dumps(row))
+    assert _updates_line(tmp_path, TrainConfig()) == (
+        "updates: agent updated in 1 of 3 iterations (iteration 1: 2 groups), ranker updated in 0 of 3 "
+        "iterations (no kept group with unequal rewards)")
+    assert _updates_line(tmp_path, TrainConfig(train_ranker=False)).endswith(", ranker frozen")
