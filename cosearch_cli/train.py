@@ -142,6 +142,27 @@ class TrainConfig:
     """Evaluate the untrained models first."""
     seed: int = 0
     """Seed of question order, sampling and updates."""
+    device: str = "auto"
+    """Where models run: cpu, cuda, or auto (cuda when available)."""
+    dtype: str = "float32"
+    """float32, or bfloat16: engines and the reference hold bf16 weights; updates compute in bf16 (autocast)
+    over fp32 master weights, gradients and AdamW state (README "Precision")."""
+    backend: str = "hf"
+    """Generation backend of agent and ranker: hf (transformers) or vllm (GPU; reloaded from each new
+    checkpoint after an update)."""
+    grad_checkpointing: bool = False
+    """Recompute activations in the update's backward pass: slower, much less memory."""
+    offload: bool = False
+    """Shard the trainer with FSDP (one process) and keep its fp32 weights, gradients and AdamW state in host
+    memory; the GPU holds one gathered layer at a time (needs CUDA)."""
+    agent_gpu_fraction: float = 0.3
+    """vLLM gpu_memory_utilization of the agent engine (its weights and KV cache live inside it)."""
+    ranker_gpu_fraction: float = 0.3
+    """vLLM gpu_memory_utilization of the ranker engine."""
+    gpus: int = 0
+    """GPUs this run may use, for the memory plan (0: those torch sees)."""
+    gpu_memory_gib: float = 0.0
+    """Memory of one GPU in GiB, for the memory plan (0: the visible GPU's; 80 when none is visible)."""
     keep_checkpoints: int = 1
     """Checkpoints kept per role, newest first (0: every iteration's). An older one is deleted once a later
     iteration has finished; a SmolLM2 checkpoint with its AdamW state is ~1.6 GB."""
@@ -184,6 +205,16 @@ class TrainConfig:
             problems.append(("eval_every/eval_limit", "must be >= 0"))
         if self.keep_checkpoints < 0:
             problems.append(("keep_checkpoints", f"must be >= 0 (0 keeps all), got {self.keep_checkpoints}"))
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            problems.append(("device", f"must be auto, cpu or cuda, not {self.device!r}"))
+        if self.dtype not in ("float32", "bfloat16"):
+            problems.append(("dtype", f"must be float32 or bfloat16, not {self.dtype!r}"))
+        if self.backend not in ("hf", "vllm"):
+            problems.append(("backend", f"must be hf or vllm, not {self.backend!r}"))
+        if not (0 < self.agent_gpu_fraction < 1 and 0 < self.ranker_gpu_fraction < 1):
+            problems.append(("agent_gpu_fraction/ranker_gpu_fraction", "must be in (0, 1)"))
+        if self.gpus < 0 or self.gpu_memory_gib < 0:
+            problems.append(("gpus/gpu_memory_gib", "must be >= 0 (0: detected)"))
         if self.group_preset not in grouping.PRESETS:
             problems.append(("group_preset", f"must be one of {', '.join(grouping.PRESETS)}"))
         if self.reward_preset not in rewards.PRESETS:
@@ -199,6 +230,10 @@ class TrainConfig:
 # does not import torch; tests/test_train.py checks that `train --preset paper-7b` hands the rollout exactly these.
 PAPER_ROLLOUT = dict(n=8, top_n=50, k=5, max_turns=6, max_new_tokens=500, ranker_max_new_tokens=256,
                      passage_tokens=160, ranker_passage_tokens=128, question_chunk=64)
+# Where the paper presets run: one GPU node, vLLM engines, bf16 compute, the trainer's state offloaded to host
+# memory (the memory plan of `cosearch train --preset paper-7b --dry-run` shows why).
+PAPER_GPU = dict(device="cuda", dtype="bfloat16", backend="vllm", grad_checkpointing=True, offload=True,
+                 token_budget=10240)
 # METHOD.md's update settings: lr 1e-6, k3 KL 0.001, temperature 1.0; clip 0.2 on both sides, one epoch and
 # token-mean aggregation are UpdateConfig's defaults, and verl's gradient clipping at norm 1.0.
 PAPER_UPDATE = dict(lr=1e-6, kl_coef=0.001, temperature=1.0, max_grad_norm=1.0)
@@ -214,10 +249,10 @@ PRESETS: dict[str, dict] = {
     # The paper's settings: 7B (or 3B) agent, 7B ranker, every rollout budget of the rollout preset `paper`, the
     # update settings of METHOD.md. They need GPUs (see README "From this laptop to Qwen2.5-7B on a cluster").
     "paper-7b": dict(name="paper-7b", agent="Qwen/Qwen2.5-7B-Instruct", ranker_model="Qwen/Qwen2.5-7B-Instruct",
-                     **PAPER_ROLLOUT, **PAPER_UPDATE, questions_per_iteration=512, iterations=100,
+                     **PAPER_ROLLOUT, **PAPER_UPDATE, **PAPER_GPU, questions_per_iteration=512, iterations=100,
                      constrain="none", eval_limit=0, eval_every=10),
     "paper-3b": dict(name="paper-3b", agent="Qwen/Qwen2.5-3B-Instruct", ranker_model="Qwen/Qwen2.5-7B-Instruct",
-                     **PAPER_ROLLOUT, **PAPER_UPDATE, questions_per_iteration=512, iterations=100,
+                     **PAPER_ROLLOUT, **PAPER_UPDATE, **PAPER_GPU, questions_per_iteration=512, iterations=100,
                      constrain="none", eval_limit=0, eval_every=10),
 }
 
@@ -712,7 +747,10 @@ class Runner:
     # -- the loop ---------------------------------------------------------------------------------------
 
     def run(self) -> Path:
+        from cosearch_cli.dry_run import check_memory
+
         c = self.config
+        check_memory(c)  # on a GPU: refuse before any work when the memory plan does not fit
         self.prepare()
         train_questions = read_questions(c.questions)
         dev = read_questions(c.dev_questions)

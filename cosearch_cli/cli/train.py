@@ -46,6 +46,15 @@ def train(
     iterations: Annotated[int | None, typer.Option(help="Training iterations.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of question order, sampling and updates.")] = None,
     threads: Threads = None,
+    device: Annotated[str | None, typer.Option(help="cpu, cuda or auto (cuda when available; default auto).")]
+    = None,
+    dtype: Annotated[str | None, typer.Option(
+        help="float32 (default) or bfloat16: bf16 engines and reference, bf16 autocast updates over fp32 master "
+             "weights.")] = None,
+    backend: Annotated[str | None, typer.Option(help="Generation backend of agent and ranker: hf or vllm.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved configuration of every stage "
+                                          "(JSON on stdout) and the memory plan (stderr), load no model, and exit; "
+                                          "exit 4 when the plan does not fit the GPUs.")] = False,
     quiet: Quiet = False,
 ) -> None:
     """Iterate rollout -> group -> reward -> update (agent, ranker) with periodic dev evaluation.
@@ -55,13 +64,33 @@ def train(
     same result as an uninterrupted run. Prints the final metrics row as JSON on stdout.
     """
     cfg = training.load_config(config, preset=preset or (None if config else "demo"), name=name, out=out,
-                               iterations=iterations, seed=seed)
+                               iterations=iterations, seed=seed, device=device, dtype=dtype, backend=backend)
+    if dry_run:
+        _dry_run(cfg, quiet)
+        return
     use_threads(threads, quiet)
     with progress(quiet) as bar:
         root = _runner(cfg, bar).run()
     rows = [orjson.loads(p.read_bytes()) for p in sorted(root.glob("iter-*/metrics.json"))]
     stderr.print(f"run folder: {root} (metrics.parquet, curves.png, iter-*/)")
     typer.echo(orjson.dumps(rows[-1] if rows else {}).decode())
+
+
+def _dry_run(cfg: training.TrainConfig, quiet: bool) -> None:
+    from cosearch_cli.dry_run import dry_run
+    from cosearch_cli.memory_plan import refusal
+
+    resolved, plan = dry_run(cfg)
+    typer.echo(orjson.dumps(resolved, option=orjson.OPT_INDENT_2).decode())
+    if plan is None:
+        if not quiet:
+            stderr.print("memory plan: none (the run is on the CPU)")
+        return
+    if not quiet:
+        for line in plan.lines():
+            stderr.print(line, markup=False, highlight=False, soft_wrap=True)
+    if not plan.fits:
+        raise refusal(plan, cfg)
 
 
 _DEMO_ITERATIONS = training.PRESETS["demo"]["iterations"]

@@ -1,0 +1,283 @@
+"""A memory plan for a training run, computed from model shapes and budgets before any model is loaded.
+
+Per role (agent engine, ranker engine, reference, trainer) it estimates GPU bytes as weights + optimiser state +
+activations (or, for an inference engine, weights + key/value cache), adds them up for the GPU they share, and
+says whether that fits the memory the run was given. Every figure is an estimate from the formulas below, not
+a measurement; they are written to err on the large side (every token of a micro-batch counted as trained).
+
+Bytes per parameter of the trainer. Mixed precision here means fp32 master weights, fp32 gradients and fp32
+AdamW moments, with the forward and backward pass computed in bf16 (autocast, or FSDP's bf16 parameter
+gathering). It keeps the optimiser's small updates exact (a 1e-6 step is below bf16's resolution near 1.0),
+so bf16 saves activation memory and time, not weight memory: 4 + 4 + 8 = 16 bytes per parameter either way.
+
+Activations per token per decoder layer (saved for the backward pass, in the compute dtype): the inputs and
+outputs of the q/k/v/o projections and the two norms (6 x hidden + 2 x kv_dim) and of the gated MLP
+(4 x intermediate). With gradient checkpointing only each layer's input (hidden) stays, plus one layer's
+activations while it is recomputed. The loss adds the logits: vocab x (compute bytes + 8) per token (the
+logits, their fp32 copy and the fp32 log-softmax).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cosearch_cli.errors import ConfigError, ModelError
+
+GIB = 2**30
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+TRAINER_BYTES_PER_PARAM = 16  # fp32 weights 4 + fp32 gradients 4 + AdamW moments 8 (see the module docstring)
+VLLM_OVERHEAD_GIB = 2.0  # CUDA context, activations of the largest batch and graphs vLLM keeps inside its share
+DEFAULT_GPU_GIB = 80.0  # planning figure when no GPU is visible (A100/H100 80 GB)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a Llama/Qwen2-style decoder that memory depends on."""
+
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    heads: int
+    kv_heads: int
+    tied: bool
+    qkv_bias: bool
+
+    @property
+    def kv_dim(self) -> int:
+        return self.hidden // self.heads * self.kv_heads
+
+    @property
+    def layer_params(self) -> int:
+        h, kv = self.hidden, self.kv_dim
+        attention = 2 * h * h + 2 * h * kv + ((h + 2 * kv) if self.qkv_bias else 0)
+        return attention + 3 * h * self.intermediate + 2 * h
+
+    @property
+    def params(self) -> int:
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return self.layers * self.layer_params + embeddings + self.hidden
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.layers * self.kv_dim * dtype_bytes
+
+
+# Shapes from the models' config.json files, so the paper presets plan without the weights on disk.
+KNOWN: dict[str, ModelShape] = {
+    "Qwen/Qwen2.5-7B-Instruct": ModelShape("Qwen/Qwen2.5-7B-Instruct", layers=28, hidden=3584, intermediate=18944,
+                                           vocab=152064, heads=28, kv_heads=4, tied=False, qkv_bias=True),
+    "Qwen/Qwen2.5-3B-Instruct": ModelShape("Qwen/Qwen2.5-3B-Instruct", layers=36, hidden=2048, intermediate=11008,
+                                           vocab=151936, heads=16, kv_heads=2, tied=True, qkv_bias=True),
+    "smollm2": ModelShape("smollm2", layers=30, hidden=576, intermediate=1536, vocab=49152, heads=9, kv_heads=3,
+                          tied=True, qkv_bias=False),
+}
+
+
+def model_shape(name: str) -> ModelShape:
+    """The shape of `name`: a known model, else the config.json of its folder (or hub-cache snapshot)."""
+    if name in KNOWN:
+        return KNOWN[name]
+    from cosearch_cli.models import _hub_cache_snapshot
+
+    folder = Path(name).expanduser()
+    if not (folder / "config.json").is_file():
+        folder = _hub_cache_snapshot(name) or folder
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ModelError(f"cannot plan memory for model {name!r}: no config.json found",
+                         fix=f"pass a local Hugging Face folder, or one of {', '.join(KNOWN)}")
+    c = json.loads(path.read_text())
+    try:
+        heads = c["num_attention_heads"]
+        return ModelShape(name, layers=c["num_hidden_layers"], hidden=c["hidden_size"],
+                          intermediate=c["intermediate_size"], vocab=c["vocab_size"], heads=heads,
+                          kv_heads=c.get("num_key_value_heads") or heads,
+                          tied=bool(c.get("tie_word_embeddings", False)),
+                          qkv_bias=bool(c.get("attention_bias", c.get("model_type") == "qwen2")))
+    except KeyError as exc:
+        raise ModelError(f"{path} lacks {exc.args[0]!r}, so its memory cannot be planned",
+                         fix="plan only decoder models with a Llama/Qwen2-style config") from None
+
+
+def agent_context(c) -> int:
+    """Most tokens an agent trajectory can reach: instructions, T turns each with its K passages, the answer."""
+    return 400 + c.max_turns * (c.max_new_tokens + c.k * (c.passage_tokens + 16)) + c.max_new_tokens
+
+
+def ranker_context(c) -> int:
+    """Most tokens one ranker call holds: instructions, N numbered candidates, its output."""
+    return 200 + c.top_n * (c.ranker_passage_tokens + 8) + c.ranker_max_new_tokens
+
+
+def trained_share(c) -> float:
+    """The largest share of a sequence's tokens that is trained (has logits computed): an agent's own turns,
+    (T + 1) x max_new_tokens of its longest context, or a ranker call's output."""
+    agent = min(1.0, (c.max_turns + 1) * c.max_new_tokens / agent_context(c))
+    return max(agent, c.ranker_max_new_tokens / ranker_context(c))
+
+
+def trainer_activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int, checkpointing: bool,
+                             trained: float = 1.0) -> int:
+    """Activations of one micro-batch of `tokens` tokens, of which the share `trained` has logits."""
+    per_token_layer = dtype_bytes * (6 * shape.hidden + 2 * shape.kv_dim + 4 * shape.intermediate)
+    if checkpointing:
+        layers = tokens * shape.layers * shape.hidden * dtype_bytes + tokens * per_token_layer
+    else:
+        layers = tokens * shape.layers * per_token_layer
+    logits = int(tokens * trained) * shape.vocab * (dtype_bytes + 8)
+    return layers + logits
+
+
+@dataclass
+class RolePlan:
+    role: str
+    model: str
+    params: int
+    weights: int
+    optimizer: int = 0  # gradients + optimiser moments (trainer only)
+    activations: int = 0  # or key/value cache for an engine
+    host: int = 0  # bytes moved to CPU memory (FSDP offload)
+    note: str = ""
+    problem: str = ""  # why this role cannot run as configured, whatever the total
+
+    @property
+    def gpu(self) -> int:
+        return self.weights + self.optimizer + self.activations
+
+
+@dataclass
+class MemoryPlan:
+    gpu_bytes: int  # memory of the one GPU the roles share
+    gpus: int
+    roles: list[RolePlan] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(r.gpu for r in self.roles)
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.gpu_bytes and not any(r.problem for r in self.roles)
+
+    def to_dict(self) -> dict:
+        return {"gpu_gib": _gib(self.gpu_bytes), "gpus": self.gpus, "total_gib": _gib(self.total),
+                "fits": self.fits, "notes": self.notes,
+                "roles": [{**asdict(r), "gpu_gib": _gib(r.gpu), **{f"{k}_gib": _gib(getattr(r, k)) for k in
+                                                                    ("weights", "optimizer", "activations", "host")}}
+                          for r in self.roles]}
+
+    def lines(self) -> list[str]:
+        out = [f"memory plan: {len(self.roles)} role(s) on one GPU of {_gib(self.gpu_bytes)} GiB "
+               f"({self.gpus} GPU(s) given)"]
+        for r in self.roles:
+            out.append(f"  {r.role:<8} {r.model:<28} {r.params / 1e9:6.2f} B params: weights {_gib(r.weights)} + "
+                       f"grads/optimizer {_gib(r.optimizer)} + activations/KV {_gib(r.activations)} = "
+                       f"{_gib(r.gpu)} GiB" + (f" (+{_gib(r.host)} GiB host)" if r.host else "")
+                       + (f"  [{r.note}]" if r.note else "") + (f"  PROBLEM: {r.problem}" if r.problem else ""))
+        out.append(f"  total    {_gib(self.total)} GiB of {_gib(self.gpu_bytes)} GiB: "
+                   + ("fits" if self.fits else "DOES NOT FIT"))
+        out += [f"  note: {n}" for n in self.notes]
+        return out
+
+
+def _gib(n: int) -> float:
+    return round(n / GIB, 2)
+
+
+def engine_plan(role: str, shape: ModelShape, c, *, gpu_bytes: int, context: int, rows: int) -> RolePlan:
+    """An inference engine: vLLM takes its fraction of the GPU (weights + paged KV cache inside it); the hf
+    backend holds the weights plus the KV cache of its whole batch at the longest context."""
+    dtype_bytes = DTYPE_BYTES[c.dtype]
+    weights = shape.params * dtype_bytes
+    kv_token = shape.kv_bytes_per_token(dtype_bytes)
+    if c.backend == "vllm":
+        fraction = c.agent_gpu_fraction if role == "agent" else c.ranker_gpu_fraction
+        share = int(fraction * gpu_bytes)
+        overhead = int(VLLM_OVERHEAD_GIB * GIB)
+        room = max(share - weights - overhead, 0) // kv_token
+        if room < context:
+            needed = weights + overhead + context * kv_token
+            return RolePlan(role, shape.name, shape.params, weights, 0, needed - weights,
+                            problem=f"vLLM's share {fraction} x {_gib(gpu_bytes)} GiB cannot hold the weights and "
+                                    f"one {context}-token sequence ({_gib(needed)} GiB): raise {role}_gpu_fraction")
+        return RolePlan(role, shape.name, shape.params, weights, 0, share - weights,
+                        note=f"vLLM gpu_memory_utilization {fraction}: KV cache for {room} tokens, "
+                             f"{room // context} sequences of {context} tokens at once")
+    kv = rows * context * kv_token
+    return RolePlan(role, shape.name, shape.params, weights, 0, kv,
+                    note=f"hf backend: KV cache of {rows} rows x {context} tokens")
+
+
+def trainer_plan(shape: ModelShape, c, *, world: int, tokens: int) -> RolePlan:
+    """The updated model under FSDP over `world` GPUs (world 1: a plain model, or FSDP with offload)."""
+    dtype_bytes = DTYPE_BYTES[c.dtype]
+    state = shape.params * TRAINER_BYTES_PER_PARAM
+    weights, optimizer = shape.params * 4 // world, (state - shape.params * 4) // world
+    activations = trainer_activation_bytes(shape, tokens, dtype_bytes, c.grad_checkpointing, trained_share(c))
+    host = 0
+    note = f"micro-batch of {tokens} tokens" + (", gradient checkpointing" if c.grad_checkpointing else "")
+    if c.offload:  # FSDP CPU offload: the GPU holds the gathered layer (and the next, prefetched) only
+        host = weights + optimizer
+        weights, optimizer = 2 * shape.layer_params * dtype_bytes, 0
+        note += ", FSDP CPU offload"
+    return RolePlan("trainer", shape.name, shape.params, weights, optimizer, activations, host, note)
+
+
+def plan_training(c, *, gpus: int, gpu_bytes: int, world: int = 1) -> MemoryPlan:
+    """The plan of `cosearch train` (config `c`, a TrainConfig): every role on the one GPU it uses; at the
+    update the engines stay loaded, so the peak is their sum."""
+    plan = MemoryPlan(gpu_bytes=gpu_bytes, gpus=gpus)
+    agent = model_shape(c.agent)
+    rows = c.n * c.question_chunk
+    plan.roles.append(engine_plan("agent", agent, c, gpu_bytes=gpu_bytes, context=agent_context(c), rows=rows))
+    ranker = model_shape(c.ranker_model) if c.ranker == "llm" else None
+    if ranker is not None:
+        plan.roles.append(engine_plan("ranker", ranker, c, gpu_bytes=gpu_bytes, context=ranker_context(c),
+                                      rows=rows))
+    trained = [s for s, on in ((agent, c.train_agent), (ranker, c.train_ranker)) if on and s is not None]
+    if trained:
+        largest = max(trained, key=lambda s: s.params)
+        longest = max(agent_context(c), ranker_context(c) if ranker is not None else 0)
+        if c.kl_coef > 0:
+            plan.roles.append(RolePlan("ref", largest.name, largest.params,
+                                       largest.params * DTYPE_BYTES[c.dtype], note="frozen, no gradients"))
+        plan.roles.append(trainer_plan(largest, c, world=world, tokens=max(c.token_budget, longest)))
+        if longest > c.token_budget:
+            plan.notes.append(f"a sequence can reach {longest} tokens, above token_budget {c.token_budget}: such "
+                              "a sequence is a micro-batch of its own, so the plan counts that many tokens")
+    return plan
+
+
+def refusal(plan: MemoryPlan, c) -> ConfigError:
+    """The one-line refusal of a plan that does not fit, with the numbers and what would make it fit."""
+    fixes = []
+    trainer = next((r for r in plan.roles if r.role == "trainer"), None)
+    if trainer is not None and not c.offload:
+        state = trainer.params * TRAINER_BYTES_PER_PARAM
+        fixes.append(f"offload = true (the trainer's {_gib(state)} GiB of fp32 weights, gradients and AdamW state "
+                     "go to host memory)")
+        others = plan.total - trainer.gpu
+        free = plan.gpu_bytes - others - trainer.activations
+        if free > 0:
+            need = -(-state // free)
+            fixes.append(f"or the Slurm recipe (examples/slurm/paper-7b.md): the update under torchrun FSDP over "
+                         f"{max(need, 2)} GPUs")
+    if trainer is not None and not c.grad_checkpointing:
+        fixes.append("grad_checkpointing = true")
+    if trainer is not None:
+        fixes.append(f"a smaller token_budget ({c.token_budget}; the trainer's activations are "
+                     f"{_gib(trainer.activations)} GiB)")
+    if c.backend == "vllm":
+        fixes.append("smaller agent_gpu_fraction / ranker_gpu_fraction")
+    else:
+        fixes.append("backend = 'vllm' (a paged KV cache) or a smaller question_chunk")
+    parts = ", ".join(f"{r.role} {_gib(r.gpu)}" for r in plan.roles)
+    problems = [r.problem for r in plan.roles if r.problem]
+    if problems and plan.total <= plan.gpu_bytes:
+        return ConfigError(problems[0], fix="raise that engine's fraction, keeping the total within the GPU")
+    return ConfigError(f"the run needs {_gib(plan.total)} GiB on one GPU ({parts}) but has {_gib(plan.gpu_bytes)} "
+                       "GiB", fix="; ".join(fixes))

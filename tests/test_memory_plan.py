@@ -1,0 +1,95 @@
+"""The memory plan and `cosearch train --dry-run`: hand-computed arithmetic, refusals, no model loaded."""
+
+import orjson
+import pytest
+
+from cosearch_cli.errors import ConfigError, ModelError
+from cosearch_cli.memory_plan import (GIB, KNOWN, ModelShape, engine_plan, model_shape, plan_training, refusal,
+                                      trainer_activation_bytes, trainer_plan)
+from cosearch_cli.train import TrainConfig, load_config
+
+# 2 layers, hidden 4, MLP 8, vocab 10, 2 heads with one KV head (kv_dim 2), tied embeddings, no bias.
+TOY = ModelShape("toy", layers=2, hidden=4, intermediate=8, vocab=10, heads=2, kv_heads=1, tied=True, qkv_bias=False)
+
+
+def test_parameter_counts_match_the_published_sizes():
+    # per layer: attention 2*4*4 + 2*4*2 = 48, MLP 3*4*8 = 96, two norms 8 -> 152; x2 + embeddings 40 + norm 4
+    assert TOY.params == 348
+    # Qwen2.5-7B: 28 x 233,057,792 + 2 x 152064 x 3584 + 3584 (the model card's 7.61B)
+    assert KNOWN["Qwen/Qwen2.5-7B-Instruct"].params == 7_615_616_512
+    assert KNOWN["Qwen/Qwen2.5-3B-Instruct"].params == 3_085_938_688
+    assert KNOWN["smollm2"].params == 134_515_008
+
+
+def test_shape_from_a_folder_counts_the_real_models_parameters(tiny_lm, tmp_path):
+    model, _ = tiny_lm
+    model.config.save_pretrained(tmp_path)
+    assert model_shape(str(tmp_path)).params == sum(p.numel() for p in model.parameters())
+    with pytest.raises(ModelError, match="no config.json"):
+        model_shape(str(tmp_path / "missing"))
+
+
+def test_trainer_bytes_hand_computed():
+    c = TrainConfig(dtype="bfloat16")
+    one = trainer_plan(TOY, c, world=1, tokens=100)
+    assert (one.weights, one.optimizer) == (348 * 4, 348 * 12)  # fp32 master weights; fp32 grads + 2 moments
+    two = trainer_plan(TOY, c, world=2, tokens=100)
+    assert (two.weights, two.optimizer) == (696, 2088)
+    # bf16 activations: 2 x (6*4 + 2*2 + 4*8) = 120 bytes per token and layer; logits 10 x (2 + 8) per token
+    assert trainer_activation_bytes(TOY, 100, 2, checkpointing=False) == 100 * 2 * 120 + 100 * 100
+    # checkpointing keeps each layer's input (4 x 2 bytes) plus one layer being recomputed
+    assert trainer_activation_bytes(TOY, 100, 2, checkpointing=True) == 100 * 2 * 8 + 100 * 120 + 100 * 100
+    offloaded = trainer_plan(TOY, TrainConfig(dtype="bfloat16", offload=True), world=1, tokens=100)
+    assert (offloaded.weights, offloaded.optimizer, offloaded.host) == (2 * 152 * 2, 0, 348 * 16)
+
+
+def test_vllm_share_and_hf_kv_cache_hand_computed():
+    shape = KNOWN["Qwen/Qwen2.5-7B-Instruct"]
+    c = TrainConfig(dtype="bfloat16", backend="vllm", agent_gpu_fraction=0.3)
+    agent = engine_plan("agent", shape, c, gpu_bytes=80 * GIB, context=9180, rows=512)
+    assert agent.gpu == int(0.3 * 80 * GIB)
+    # (24 GiB - 2 x 7,615,616,512 - 2 GiB overhead) // (2 x 28 layers x 512 x 2 bytes) tokens
+    assert "KV cache for 146328 tokens, 15 sequences" in agent.note
+    hf = engine_plan("agent", shape, TrainConfig(dtype="bfloat16"), gpu_bytes=80 * GIB, context=100, rows=3)
+    assert (hf.weights, hf.activations) == (2 * 7_615_616_512, 3 * 100 * 57_344)
+    small = engine_plan("agent", shape, c, gpu_bytes=40 * GIB, context=9180, rows=512)
+    assert "cannot hold the weights" in small.problem
+
+
+def test_paper_7b_fits_one_80_gib_gpu_and_float32_is_refused_with_numbers_and_a_fix():
+    plan = plan_training(load_config(preset="paper-7b"), gpus=1, gpu_bytes=80 * GIB)
+    assert [r.role for r in plan.roles] == ["agent", "ranker", "ref", "trainer"]
+    assert plan.fits and plan.total < 80 * GIB
+    config = load_config(preset="paper-7b", offload=False)
+    plan = plan_training(config, gpus=1, gpu_bytes=80 * GIB)
+    assert not plan.fits
+    error = refusal(plan, config)
+    assert "on one GPU" in error.message and "80.0 GiB" in error.message
+    assert "offload = true" in error.fix and "torchrun FSDP over" in error.fix
+
+
+def test_dry_run_prints_every_stage_and_the_plan_without_loading_a_model(cli, tmp_path):
+    result = cli("train", "--preset", "paper-7b", "--dry-run", "--out", str(tmp_path / "runs"))
+    assert result.exit_code == 0, result.stderr
+    out = orjson.loads(result.stdout)
+    assert out["stages"]["rollout"]["ranker_max_new_tokens"] == 256
+    assert out["stages"]["rollout"]["question_chunk"] == 64 and out["stages"]["evaluate"]["n"] == 1
+    assert out["stages"]["update"]["lr"] == 1e-6 and out["stages"]["group"]["kmin"] == 3
+    assert out["memory"]["fits"] and [r["role"] for r in out["memory"]["roles"]][-1] == "trainer"
+    assert not (tmp_path / "runs").exists()
+    small = tmp_path / "small.toml"
+    small.write_text("gpu_memory_gib = 40.0\n")
+    refused = cli("train", "--preset", "paper-7b", "--config", str(small), "--dry-run")
+    assert refused.exit_code == 4
+    assert "40.0 GiB" in refused.stderr and "DOES NOT FIT" in refused.stderr
+
+
+def test_cpu_run_has_no_plan_and_a_missing_gpu_is_refused():
+    from cosearch_cli.dry_run import check_memory
+
+    assert check_memory(TrainConfig(device="cpu")) is None
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="sees no GPU"):
+            check_memory(TrainConfig(device="cuda"))
