@@ -10,16 +10,8 @@ from dataclasses import asdict
 
 from cosearch_cli import grouping, rewards
 from cosearch_cli.errors import ConfigError
+from cosearch_cli.models import resolve_device
 from cosearch_cli.memory_plan import DEFAULT_GPU_GIB, GIB, MemoryPlan, plan_training, refusal
-
-
-def resolve_device(device: str) -> str:
-    """auto -> cuda when torch sees a GPU, else cpu; anything else as given."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def gpu_resources(config) -> tuple[int, int, str | None]:
@@ -54,8 +46,8 @@ def resolved_stages(config) -> dict:
         "evaluate": {**rollout_settings(config, greedy=True, seed=config.seed).sampling(), **engine},
         "group": asdict(grouping.resolve_config(config.group_preset, kmin=config.kmin, tau=config.tau)),
         "reward": asdict(rewards.resolve_config(config.reward_preset)),
-        "update": {**update_settings(config, 0).to_dict(), "device": config.device,
-                   "grad_checkpointing": config.grad_checkpointing, "offload": config.offload},
+        "update": {**update_settings(config, 0, resolve_device(config.device)).to_dict(),
+                   "device": config.device},
     }
 
 

@@ -14,7 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
-from cosearch_cli.errors import ModelError
+from cosearch_cli.errors import ConfigError, ModelError
 
 EMBEDDED_LM = "smollm2"
 EMBEDDED_ENCODER = "minilm"
@@ -123,9 +123,30 @@ def load_tokenizer(name_or_path: str):
     return tokenizer
 
 
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("float32", "bfloat16")
+
+
+def resolve_device(device: str) -> str:
+    """auto -> cuda when torch sees a GPU, else cpu; cpu, cuda and cuda:N as given (checked)."""
+    if device not in DEVICES and not device.startswith("cuda:"):
+        raise ConfigError(f"unknown device {device!r}", fix="use auto, cpu, cuda or cuda:N")
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
 def load_causal_lm(name_or_path: str, *, dtype: str = "float32", device: str = "cpu"):
     """(model, tokenizer) in eval mode. fp32 by default: on CPU bf16 is slower and unusable for training."""
     import torch
+
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}", fix=f"use one of {', '.join(DTYPES)}")
+    device = resolve_device(device)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} but torch sees no GPU", fix="use --device cpu (or auto)")
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 

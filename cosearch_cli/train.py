@@ -159,6 +159,11 @@ class TrainConfig:
     """vLLM gpu_memory_utilization of the agent engine (its weights and KV cache live inside it)."""
     ranker_gpu_fraction: float = 0.3
     """vLLM gpu_memory_utilization of the ranker engine."""
+    recompute_logprobs: str = "auto"
+    """Recompute old log-probs with the trainer before each update: on, off, or auto (on when the engine is
+    not the trainer's numerics: vLLM, or bfloat16). The engine/trainer gap is logged when on."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling cap on p_trainer / p_engine per token (needs recomputed log-probs); 0: off."""
     gpus: int = 0
     """GPUs this run may use, for the memory plan (0: those torch sees)."""
     gpu_memory_gib: float = 0.0
@@ -213,6 +218,10 @@ class TrainConfig:
             problems.append(("backend", f"must be hf or vllm, not {self.backend!r}"))
         if not (0 < self.agent_gpu_fraction < 1 and 0 < self.ranker_gpu_fraction < 1):
             problems.append(("agent_gpu_fraction/ranker_gpu_fraction", "must be in (0, 1)"))
+        if self.recompute_logprobs not in ("auto", "on", "off"):
+            problems.append(("recompute_logprobs", f"must be auto, on or off, not {self.recompute_logprobs!r}"))
+        if self.tis_cap and (self.tis_cap < 1 or self.recompute_logprobs == "off"):
+            problems.append(("tis_cap", "must be 0 (off) or >= 1, with recompute_logprobs auto or on"))
         if self.gpus < 0 or self.gpu_memory_gib < 0:
             problems.append(("gpus/gpu_memory_gib", "must be >= 0 (0: detected)"))
         if self.group_preset not in grouping.PRESETS:
@@ -379,13 +388,32 @@ def rollout_settings(config: TrainConfig, *, greedy: bool, seed: int, ranker: st
                          question_chunk=c.question_chunk)
 
 
-def update_settings(config: TrainConfig, iteration: int):
-    """The UpdateConfig of iteration `iteration`'s updates (both roles)."""
+def update_settings(config: TrainConfig, iteration: int, device: str = "cpu"):
+    """The UpdateConfig of iteration `iteration`'s updates (both roles) on `device`. The rollout engine is the
+    loop's own (backend, dtype, device), so `recompute_logprobs = auto` recomputes exactly when its numerics
+    are not the trainer's."""
     from cosearch_cli.update import UpdateConfig
+    from cosearch_cli.update.old_logprobs import resolve
 
     c = config
+    engine = {"backend": c.backend, "device": "cuda" if c.backend == "vllm" else device, "dtype": c.dtype}
     return UpdateConfig(lr=lr_at(c, iteration), kl_coef=c.kl_coef, token_budget=c.token_budget,
-                        max_grad_norm=c.max_grad_norm, norm_over=c.norm_over, seed=c.seed * 1000 + iteration)
+                        max_grad_norm=c.max_grad_norm, norm_over=c.norm_over, seed=c.seed * 1000 + iteration,
+                        dtype=c.dtype, grad_checkpointing=c.grad_checkpointing,
+                        parallel="fsdp" if c.offload else "ddp", offload=c.offload,
+                        recompute_old=resolve(c.recompute_logprobs, engine, device=device, dtype=c.dtype)
+                        or c.tis_cap > 0,
+                        tis_cap=c.tis_cap)
+
+
+def release(backend) -> None:
+    """Free a generation engine that is no longer used (a vLLM engine holds its GPU share until shut down)."""
+    close = getattr(backend, "close", None)
+    if close is not None:
+        close()
+        import gc
+
+        gc.collect()
 
 
 @dataclass
@@ -547,13 +575,31 @@ class Runner:
 
     def _backends(self, models: Models):
         wanted = [m for m in (models.agent, models.ranker) if m is not None]
-        self._loaded = {path: backend for path, backend in self._loaded.items() if path in wanted}
+        for path in [p for p in self._loaded if p not in wanted]:
+            release(self._loaded.pop(path))
         for path in wanted:
             if path not in self._loaded:
                 from cosearch_cli.generation import load_backend
 
-                self._loaded[path] = load_backend(path)
+                self._loaded[path] = load_backend(path, self.config.backend, **self._engine_options(path, models))
         return self._loaded[models.agent], self._loaded.get(models.ranker) if models.ranker else None
+
+    def _engine_options(self, path: str, models: Models) -> dict:
+        """Device and dtype of a generation engine; a vLLM engine also gets its share of the GPU. A new
+        checkpoint is a new path, so after an update the engine is loaded again from the saved folder (the
+        old one is dropped first, which frees a vLLM engine's memory once it is garbage-collected)."""
+        c = self.config
+        options = {"device": self.device, "dtype": c.dtype}
+        if c.backend == "vllm":
+            fraction = c.agent_gpu_fraction if path == models.agent else c.ranker_gpu_fraction
+            options = {"dtype": c.dtype, "gpu_memory_utilization": fraction}
+        return options
+
+    @property
+    def device(self) -> str:
+        from cosearch_cli.models import resolve_device
+
+        return resolve_device(self.config.device)
 
     def _rollout_config(self, agent, ranker_backend, *, greedy: bool, seed: int, ranker: str | None = None):
         from cosearch_cli.rollout import constraint_factories
@@ -632,8 +678,13 @@ class Runner:
         from cosearch_cli.update import load_optimizer_state, run_update, save_checkpoint
 
         c = self.config
-        update_config = update_settings(c, iteration)
-        model, tokenizer = load_causal_lm(model_path)
+        update_config = update_settings(c, iteration, self.device)
+        if c.offload:
+            from cosearch_cli.update import distributed
+
+            distributed.init_local_group()  # FSDP (CPU offload) on a process group of this one process
+        # the trainer's weights stay fp32 (master weights); bf16 is the compute dtype (update/precision.py)
+        model, tokenizer = load_causal_lm(model_path, device=self.device)
         optimizer_state = None
         if (Path(model_path) / "optimizer.pt").is_file():
             optimizer_state = load_optimizer_state(model_path)
@@ -683,7 +734,7 @@ class Runner:
         start = current_models(self.paths, self.config, 0)
         name = start.agent if role == "agent" else start.ranker
         if self._ref is None or self._ref[0] != name:
-            self._ref = (name, load_causal_lm(name)[0])
+            self._ref = (name, load_causal_lm(name, device=self.device, dtype=self.config.dtype)[0])
         return self._ref[1]
 
     # -- warm-up ----------------------------------------------------------------------------------------
@@ -848,7 +899,8 @@ class Runner:
 
 # Per-update figures copied into metrics.parquet as "<role>_<name>".
 UPDATE_METRICS = ("loss", "kl", "clip_frac", "entropy", "grad_norm", "grad_norm_clipped", "sequences", "skipped",
-                  "lr", "kl_batch", "kl_heldout", "norm_tokens", "adv_token_share", "tokens")
+                  "lr", "kl_batch", "kl_heldout", "norm_tokens", "adv_token_share", "tokens",
+                  "logprob_gap_abs", "logprob_gap_kl", "tis_weight_mean")
 
 
 def _train_row(rolled: Sequence[RolloutRecord], scored: Sequence[RolloutRecord]) -> dict:

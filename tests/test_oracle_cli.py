@@ -37,7 +37,7 @@ def study(tmp_path, monkeypatch):
         manifest = {"kind": "manifest", "stage": "index"}
 
     monkeypatch.setattr(rollout, "run_rollouts", run_rollouts)
-    monkeypatch.setattr(rollout, "load_backend", lambda name: object())
+    monkeypatch.setattr(rollout, "load_backend", lambda name, **engine: object())
     monkeypatch.setattr("cosearch_cli.index.open_index", lambda folder: FakeIndex())
     args = ["oracle", "--questions", questions, "--index", tmp_path / "index", "--out", tmp_path / "study",
             "--per-dataset", "2", "--constrain", "none", "--bootstrap", "100"]

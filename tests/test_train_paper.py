@@ -2,8 +2,11 @@
 
 from dataclasses import fields
 
+import pytest
+
 from cosearch_cli import rollout
 from cosearch_cli.train import Runner, TrainConfig, load_config, update_settings
+from test_train import tiny_model_dir  # noqa: F401  (fixture)
 
 
 def test_paper_presets_hand_the_rollout_exactly_the_rollout_paper_preset():
@@ -31,3 +34,30 @@ def test_cpu_defaults_keep_the_rollout_stage_defaults():
     assert {f: getattr(handed, f) for f in shared} == {f: getattr(default, f) for f in shared}
     assert handed.n == 1  # a greedy evaluation rolls out one trajectory per question
     assert {f.name for f in fields(TrainConfig)} >= set(shared)
+
+
+def test_update_settings_follow_the_engine_and_precision():
+    cpu = update_settings(TrainConfig(), 0, "cpu")
+    assert (cpu.dtype, cpu.recompute_old, cpu.parallel, cpu.offload) == ("float32", False, "ddp", False)
+    bf16 = update_settings(TrainConfig(dtype="bfloat16"), 0, "cpu")
+    assert bf16.dtype == "bfloat16" and bf16.recompute_old  # a bf16 engine is not the trainer's numerics
+    paper = update_settings(load_config(preset="paper-7b"), 0, "cuda")
+    assert (paper.recompute_old, paper.parallel, paper.offload, paper.grad_checkpointing) == (True, "fsdp", True,
+                                                                                              True)
+    forced = update_settings(TrainConfig(recompute_logprobs="on", tis_cap=2.0), 0, "cpu")
+    assert forced.recompute_old and forced.tis_cap == 2.0
+    assert not update_settings(load_config(preset="paper-7b", recompute_logprobs="off"), 0, "cuda").recompute_old
+
+
+def test_bf16_update_in_the_loop_recomputes_old_logprobs_and_logs_the_gap(tmp_path, tiny_model_dir):
+    from test_train import _config
+    from test_update_support import scored_record
+
+    records = [scored_record("q1", seed=1, vocab=49152, ranker=False)]
+    bf16 = Runner(_config(tmp_path / "a", tiny_model_dir, dtype="bfloat16", kl_coef=0.0))
+    metrics = bf16.update("agent", records, str(tiny_model_dir), tmp_path / "a" / "agent", 0)
+    assert metrics["dtype"] == "bfloat16" and metrics["logprob_gap_abs"] > 0 and metrics["logprob_gap_kl"] >= 0
+    assert metrics["ratio"] == pytest.approx(1.0, abs=1e-6)  # old log-probs are the trainer's own
+    fp32 = Runner(_config(tmp_path / "b", tiny_model_dir, kl_coef=0.0))
+    metrics = fp32.update("agent", records, str(tiny_model_dir), tmp_path / "b" / "agent", 0)
+    assert metrics["dtype"] == "float32" and "logprob_gap_abs" not in metrics  # the CPU default, unchanged

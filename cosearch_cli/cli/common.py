@@ -22,6 +22,10 @@ Output = Annotated[str, typer.Option("--output", "-o",
 Inputs = Annotated[list[str], typer.Argument(help="Input files (JSONL or Parquet), globs, or - for stdin.")]
 Overwrite = Annotated[bool, typer.Option(help="Replace an existing output folder.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summaries on stderr.")]
+Device = Annotated[str, typer.Option(help="Where the model runs: cpu, cuda (or cuda:N), or auto (cuda when "
+                                          "available).")]
+Dtype = Annotated[str, typer.Option(help="float32, or bfloat16 (halves model memory; for GPUs: on a CPU bf16 is "
+                                         "slower).")]
 # One vocabulary: --sizes is how big a rollout is (rollout, oracle, warmup), --rules which reward and grouping
 # rules apply (group, reward), --preset a whole training run (train). --preset still works where it used to
 # mean sizes or rules, hidden from --help.

@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 
 from cosearch_cli.artifacts import Reader, Writer, make_manifest, manifest_path, write_json_atomic
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Quiet, Seed, progress, stderr
+from cosearch_cli.cli.common import Device, Dtype, Quiet, Seed, progress, stderr
 from cosearch_cli.errors import ConfigError, InputError
 from cosearch_cli.evaluate import Comparison, Evaluation, compare, evaluate, read_run
 from cosearch_cli.plots import comparison_figure, f1_figure
@@ -235,12 +235,12 @@ def constrained(choice: str, records: list, model: str) -> bool:
 
 
 def rerank_with(model: str, calls, records: list, opened, *, constrain: str, backend: str, batch_size: int,
-                quiet: bool, label: str) -> list:
+                quiet: bool, label: str, device: str = "auto", dtype: str = "float32") -> list:
     """Load `model`, re-run it on the fixed calls, free it; its per-call scores."""
     from cosearch_cli.generation import load_backend
     from cosearch_cli.ranker_quality import rerank
 
-    loaded = load_backend(model, backend)
+    loaded = load_backend(model, backend, device=device, dtype=dtype)
     with progress(quiet) as bar:
         task = bar.add(f"ranking ({label})", len(calls.pairs), unit="calls")
         scores = rerank(calls, loaded, opened.docs, constrained=constrained(constrain, records, model),
@@ -279,6 +279,8 @@ def ranker_command(
     batch_size: BatchSize = 16,
     bootstrap: Bootstrap = 1000,
     confidence: Confidence = 0.95,
+    device: Device = "auto",
+    dtype: Dtype = "float32",
     seed: Seed = 0,
     quiet: Quiet = False,
 ) -> None:
@@ -297,12 +299,11 @@ def ranker_command(
     records, reader = load_run(calls)
     fixed = fixed_calls(records)
     opened = open_index(index)
-    orders = {"ranker": rerank_with(ranker_model, fixed, records, opened, constrain=constrain, backend=backend,
-                                    batch_size=batch_size, quiet=quiet, label="ranker-model")}
+    engine = dict(constrain=constrain, backend=backend, batch_size=batch_size, quiet=quiet, device=device,
+                  dtype=dtype)
+    orders = {"ranker": rerank_with(ranker_model, fixed, records, opened, label="ranker-model", **engine)}
     if baseline_model is not None:
-        orders["baseline"] = rerank_with(baseline_model, fixed, records, opened, constrain=constrain,
-                                         backend=backend, batch_size=batch_size, quiet=quiet,
-                                         label="baseline-model")
+        orders["baseline"] = rerank_with(baseline_model, fixed, records, opened, label="baseline-model", **engine)
     orders["retriever"] = retriever_scores(fixed)
     pairs = [("ranker", "retriever")]
     if baseline_model is not None:

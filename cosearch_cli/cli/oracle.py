@@ -11,7 +11,8 @@ import typer
 
 from cosearch_cli.artifacts import Reader, make_manifest, write_json_atomic
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import OldSizes, Quiet, Seed, Sizes, Threads, progress, stderr, use_threads
+from cosearch_cli.cli.common import (Device, Dtype, OldSizes, Quiet, Seed, Sizes, Threads, progress, stderr,
+                                     use_threads)
 from cosearch_cli.cli.evaluate import show, write_png, write_summary
 from cosearch_cli.errors import ConfigError, InputError, NothingToDo, RecordError
 from cosearch_cli.evaluate import DATASETS
@@ -48,8 +49,9 @@ def read_questions(paths: list[str], per_dataset: int) -> tuple[list[Question], 
 class _Models:
     """Loads agent, ranker and index on first use, so a finished study reports without loading anything."""
 
-    def __init__(self, agent: str, ranker_model: str, index: str, constrain: str | None):
+    def __init__(self, agent: str, ranker_model: str, index: str, constrain: str | None, engine: dict):
         self.names = (agent, ranker_model)
+        self.engine = engine  # device and dtype of the hf backend
         self.index_folder = index
         self.constrain = constrain
         self._agent = self._ranker = self._index = None
@@ -65,7 +67,7 @@ class _Models:
         if self._agent is None:
             from cosearch_cli.rollout import load_backend
 
-            self._agent = load_backend(self.names[0])
+            self._agent = load_backend(self.names[0], **self.engine)
         return self._agent
 
     def ranker(self):
@@ -73,7 +75,7 @@ class _Models:
             from cosearch_cli.rollout import load_backend
 
             same = self.names[1] == self.names[0]
-            self._ranker = self.agent() if same else load_backend(self.names[1])
+            self._ranker = self.agent() if same else load_backend(self.names[1], **self.engine)
         return self._ranker
 
     def constraints(self, config, half: str):
@@ -128,6 +130,8 @@ def oracle_command(
                               "study is labelled as such).")] = False,
     overwrite: Annotated[bool, typer.Option(help="Recompute the requested halves even if --out holds them.")] = False,
     output: Annotated[str, typer.Option("--output", "-o", help="Where to write the JSON summary (or -).")] = "-",
+    device: Device = "auto",
+    dtype: Dtype = "float32",
     seed: Seed = 0,
     threads: Threads = None,
     quiet: Quiet = False,
@@ -151,7 +155,7 @@ def oracle_command(
     qs, reader = read_questions(questions, per_dataset)
     qs = interleave(qs)
     folder = StudyFolder(Path(out))
-    models = _Models(agent, ranker_model, index, constrain)
+    models = _Models(agent, ranker_model, index, constrain, {"device": device, "dtype": dtype})
 
     common = {"questions": reader.hashes, "per_dataset": per_dataset, "question_ids": len(qs), "agent": agent,
               "index": str(Path(index).resolve()), "constrain": constrain, "preset": preset}

@@ -10,10 +10,18 @@ import typer
 
 from cosearch_cli.artifacts import Writer, make_manifest
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import (FIXTURE_INDEX, FIXTURES, OldSizes, Output, Questions, Quiet, Seed, Sizes,
-                                     Threads, fixture_default, progress, stderr, use_threads)
+from cosearch_cli.cli.common import (FIXTURE_INDEX, FIXTURES, Device, Dtype, OldSizes, Output, Questions, Quiet,
+                                     Seed, Sizes, Threads, fixture_default, progress, stderr, use_threads)
 from cosearch_cli.errors import ConfigError, InputError
 from cosearch_cli.records import read_questions
+
+
+def engine_options(backend: str, device: str, dtype: str) -> dict:
+    """The device and dtype a generation backend is loaded with (recorded in the rollout manifest, so the
+    update can tell whether the recorded log-probs are the trainer's numerics); vLLM places itself on GPUs."""
+    from cosearch_cli.models import resolve_device
+
+    return {"device": "cuda" if backend == "vllm" else resolve_device(device), "dtype": dtype}
 
 
 def read_template(path: str):
@@ -88,6 +96,8 @@ def rollout(
     shard: Annotated[str | None, typer.Option(
         help="i/N: run only the i-th (0-based) of N round-robin slices of the questions (job arrays).")] = None,
     limit: Annotated[int | None, typer.Option(help="Run only the first L questions (after --shard).")] = None,
+    device: Device = "auto",
+    dtype: Dtype = "float32",
     seed: Seed = 0,
     output: Output = "-",
     threads: Threads = None,
@@ -127,15 +137,16 @@ def rollout(
     opened = open_index(index)
     opened.retriever(retriever, encoder=encoder)  # fails now (not mid-run) on a missing or mismatched index
     ranker_model = ranker_model or agent
-    agent_backend = load_backend(agent, backend)
+    engine = engine_options(backend, device, dtype)
+    agent_backend = load_backend(agent, backend, **engine)
     ranker_backend = None
     if ranker == "llm":
-        ranker_backend = agent_backend if ranker_model == agent else load_backend(ranker_model, backend)
+        ranker_backend = agent_backend if ranker_model == agent else load_backend(ranker_model, backend, **engine)
     agent_c, ranker_c = constraint_factories(constrain, agent, agent_backend, ranker_backend)
     config = replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
 
     options = {"questions": questions, "index": str(Path(index).resolve()), "agent": agent,
-               "ranker_model": ranker_model if ranker == "llm" else None, "backend": backend, "preset": preset,
+               "ranker_model": ranker_model if ranker == "llm" else None, "backend": backend, **engine, "preset": preset,
                "shard": f"{shard_i}/{shard_n}", "limit": limit, "encoder": encoder, **config.sampling()}
     stats = RolloutStats()
     with Writer(output) as writer, progress(quiet) as bar:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,7 +11,7 @@ import typer
 
 from cosearch_cli.artifacts import Reader, Writer, make_manifest
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import (Inputs, Overwrite, Quiet, Seed, Threads, progress, refuse_existing, stderr,
+from cosearch_cli.cli.common import (Dtype, Inputs, Overwrite, Quiet, Seed, Threads, progress, refuse_existing, stderr,
                                      use_threads)
 from cosearch_cli.errors import ConfigError, NothingToDo
 from cosearch_cli.records import read_rollout
@@ -52,6 +53,16 @@ def update(
     parallel: Annotated[str, Opt(help="Under torchrun: ddp (full model per process) or fsdp (sharded).")] = "ddp",
     device: Annotated[str, Opt(help="cpu, cuda, or auto (cuda when available; under torchrun the local rank's "
                                     "GPU).")] = "auto",
+    dtype: Annotated[str, Opt(help="Compute dtype: float32, or bfloat16 (autocast over fp32 master weights, "
+                                   "gradients and AdamW state; FSDP gathers bf16 and reduces fp32).")] = "float32",
+    offload: Annotated[bool, Opt(help="With --parallel fsdp: keep the sharded weights, gradients and AdamW state "
+                                      "in host memory.")] = False,
+    recompute_old_logprobs: Annotated[str, Opt(
+        help="Recompute the old log-probs with the trainer before the step: on, off, or auto (on when the "
+             "rollout manifest shows another backend, dtype or device than this update's).")] = "auto",
+    tis_cap: Annotated[float, Opt(help="Truncated importance sampling: weight each token's policy loss by "
+                                       "min(p_trainer / p_engine, cap) (needs recomputed old log-probs); "
+                                       "0 = off.")] = 0.0,
     overwrite: Overwrite = False,
     seed: Seed = 0,
     threads: Threads = None,
@@ -68,7 +79,7 @@ def update(
 
     from cosearch_cli.update import (UpdateConfig, load_optimizer_state, read_info, run_update,
                                      save_checkpoint)
-    from cosearch_cli.update import distributed
+    from cosearch_cli.update import distributed, old_logprobs
     from cosearch_cli.update.batch import training_sequences
 
     if role not in ("agent", "ranker"):
@@ -78,19 +89,28 @@ def update(
     if model is not None and resume is not None:
         raise ConfigError("--model and --resume both given", fix="--resume already names the weights; drop --model")
     refuse_existing(out, overwrite)
+    if recompute_old_logprobs not in ("auto", "on", "off"):
+        raise ConfigError(f"--recompute-old-logprobs {recompute_old_logprobs!r}", fix="use auto, on or off")
     config = UpdateConfig(lr=lr, clip_low=clip_low, clip_high=clip_high, kl_coef=kl_coef, loss_agg=loss_agg,
                           norm_tokens=norm_tokens, token_budget=token_budget, max_grad_norm=max_grad_norm,
                           weight_decay=weight_decay, lora_r=lora, lora_alpha=lora_alpha,
-                          grad_checkpointing=grad_checkpointing, parallel=parallel, seed=seed)
+                          grad_checkpointing=grad_checkpointing, parallel=parallel, dtype=dtype, offload=offload,
+                          recompute_old=tis_cap > 0, tis_cap=tis_cap, seed=seed)
 
     reader = Reader.open(inputs)
     records = [read_rollout(row.data, row.path, row.line, min_stage="scored") for row in reader.rows()]
+    device_type = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    engine = old_logprobs.rollout_engine(reader.upstream)
+    recompute = old_logprobs.resolve(recompute_old_logprobs, engine, device=device_type, dtype=dtype)
+    config = replace(config, recompute_old=recompute or (tis_cap > 0 and recompute_old_logprobs != "off"))
     if not training_sequences(records, role):  # before any model is loaded
         raise NothingToDo(f"no trainable {role} sequences in {len(records)} records: no kept {role} group has "
                           "a non-zero advantage", fix="check the reward stage's output; nothing was written")
 
     distributed.init_from_env()
     use_threads(threads, quiet or not distributed.is_main())
+    if parallel == "fsdp":  # also on one process: FSDP's mixed precision and CPU offload
+        distributed.init_local_group()
     torch.manual_seed(seed)
     policy_name = resume or model
     info = read_info(policy_name) if Path(policy_name).is_dir() else {}
@@ -98,7 +118,7 @@ def update(
         device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
     policy, tokenizer = _load_policy(policy_name, config, device)
     ref_name = ref or info.get("ref") or policy_name
-    ref_model = _load_reference(ref_name, device) if config.kl_coef > 0 else None
+    ref_model = _load_reference(ref_name, device, dtype) if config.kl_coef > 0 else None
     optimizer_state = load_optimizer_state(resume) if resume else None
 
     with progress(quiet or not distributed.is_main()) as bar:
@@ -145,10 +165,11 @@ def _load_policy(name: str, config, device: str):
     return model, tokenizer
 
 
-def _load_reference(name: str, device: str):
+def _load_reference(name: str, device: str, dtype: str):
+    """The frozen reference; under bf16 its weights are bf16 too (it is never trained)."""
     from cosearch_cli.models import load_causal_lm
 
-    ref_model, _ = load_causal_lm(name, device=device)
+    ref_model, _ = load_causal_lm(name, device=device, dtype=dtype)
     for p in ref_model.parameters():
         p.requires_grad_(False)
     return ref_model

@@ -12,8 +12,8 @@ import typer
 
 from cosearch_cli.artifacts import Writer, make_manifest, write_json_atomic
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import (OldSizes, Overwrite, Quiet, Seed, Threads, progress, refuse_existing, stderr,
-                                     use_threads)
+from cosearch_cli.cli.common import (Device, OldSizes, Overwrite, Quiet, Seed, Threads, progress, refuse_existing,
+                                     stderr, use_threads)
 from cosearch_cli.errors import ConfigError, NothingToDo
 
 
@@ -45,6 +45,9 @@ def warmup(
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 5e-5,
     token_budget: Annotated[int, typer.Option(help="Tokens (rows x longest row) per optimiser step.")] = 4096,
     limit: Annotated[int | None, typer.Option(help="Use only the first L training questions.")] = None,
+    device: Device = "auto",
+    dtype: Annotated[str, typer.Option(help="Compute dtype: float32, or bfloat16 (autocast over fp32 weights "
+                                            "and AdamW state, as the update does).")] = "float32",
     seed: Seed = 0,
     overwrite: Overwrite = False,
     threads: Threads = None,
@@ -62,6 +65,7 @@ def warmup(
     from cosearch_cli.records import read_questions
     from cosearch_cli.index import open_index
     from cosearch_cli.models import load_causal_lm
+    from cosearch_cli.update.precision import compute_in
     from cosearch_cli.rollout import preset as make_preset
     from cosearch_cli.warmup import DemoStats, FinetuneConfig, build_demonstrations, check_no_overlap, finetune
 
@@ -83,7 +87,7 @@ def warmup(
         hashes.update(ex_reader.hashes)
     opened = open_index(index)
     torch.manual_seed(seed)
-    lm, tokenizer = load_causal_lm(model)
+    lm, tokenizer = load_causal_lm(model, device=device)
 
     stats = DemoStats()
     demos = build_demonstrations(train, index=opened, tokenizer=tokenizer, config=config,
@@ -97,7 +101,7 @@ def warmup(
     ft = FinetuneConfig(epochs=epochs, lr=lr, token_budget=token_budget, seed=seed)
     with progress(quiet) as bar:
         task = bar.add("warm-up", unit="steps")
-        losses = finetune(lm, demos, ft, pad_id=tokenizer.pad_token_id or 0,
+        losses = finetune(compute_in(lm, dtype), demos, ft, pad_id=tokenizer.pad_token_id or 0,
                           on_step=lambda i, total, loss: bar.update(task, done=i, total=total,
                                                                     label=f"warm-up loss {loss:.3f}"))
 

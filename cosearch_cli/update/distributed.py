@@ -67,28 +67,47 @@ def barrier() -> None:
         dist.barrier()
 
 
-def wrap(model, parallel: str):
-    """The module to run forward/backward through: the model itself, a DDP wrapper, or the sharded model."""
+def init_local_group() -> None:
+    """A process group of this one process, so FSDP (CPU offload) can run inside `cosearch train`."""
+    if dist.is_initialized():
+        return
+    import socket
+
+    with socket.socket() as probe:  # a free port for the rendezvous of a group of one
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo",
+                            init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
+def wrap(model, parallel: str, *, dtype: str = "float32", offload: bool = False):
+    """The module to run forward/backward through: the model itself, a DDP wrapper, or the sharded model
+    (FSDP also on a group of one process, for its mixed precision and CPU offload)."""
+    if parallel == "fsdp" and dist.is_available() and dist.is_initialized():
+        return shard_fsdp(model, dtype=dtype, offload=offload)
     if rank_world()[1] == 1:
         return model
-    if parallel == "fsdp":
-        return shard_fsdp(model)
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     device_ids = [torch.cuda.current_device()] if next(model.parameters()).is_cuda else None
     return DDP(model, device_ids=device_ids)
 
 
-def shard_fsdp(model):
-    """FSDP2: shard every decoder layer, then the rest; done once per model object."""
+def shard_fsdp(model, *, dtype: str = "float32", offload: bool = False):
+    """FSDP2 full shard of every decoder layer, then the rest; done once per model object. bfloat16: parameters
+    are gathered in bf16 and gradients reduced in fp32 (the sharded master weights stay fp32); offload keeps
+    the shards, their gradients and the optimiser state in host memory."""
     if model in _FSDP_DONE:
         return model
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+    options = {"offload_policy": CPUOffloadPolicy() if offload else OffloadPolicy()}
+    if dtype != "float32":
+        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, dtype), reduce_dtype=torch.float32)
     layers = getattr(model.get_decoder(), "layers", [])
     for layer in layers:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
     _FSDP_DONE.add(model)
     return model
 

@@ -15,7 +15,7 @@ import torch
 
 from cosearch_cli.errors import ConfigError, NothingToDo
 from cosearch_cli.records import RolloutRecord
-from cosearch_cli.update import distributed
+from cosearch_cli.update import distributed, old_logprobs, precision
 from cosearch_cli.update.batch import (MicroBatch, Norms, TrainSeq, batch_norms, batch_size, check_vocab,
                                        collate, plan_micro_batches, training_sequences)
 from cosearch_cli.update.config import ROLES, UpdateConfig
@@ -155,7 +155,8 @@ def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=
     world = distributed.rank_world()[1]
     batches = local_micro_batches(seqs, config, pad_id)
 
-    policy = distributed.wrap(model, config.parallel)
+    sharded = distributed.wrap(model, config.parallel, dtype=config.dtype, offload=config.offload)
+    policy = precision.compute_in(sharded, config.dtype)
     if optimizer is None:
         optimizer = make_optimizer(model, config, optimizer_state)
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -170,6 +171,8 @@ def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=
     model.train(config.grad_checkpointing)
     optimizer.zero_grad(set_to_none=True)
     held = HeldoutKL(policy, heldout, config.token_budget, pad_id) if heldout and config.diagnostics else None
+
+    gap = old_logprobs.recompute(policy, batches, tis_cap=config.tis_cap) if config.recompute_old else {}
 
     before: list[torch.Tensor] = []
     total = accumulate_gradients(policy, ref_model, batches, config, norms, keep_logp=before,
@@ -215,5 +218,7 @@ def run_update(records: Iterable[RolloutRecord], *, role: str, model, ref_model=
         "world_size": world,
         "seconds": seconds,
         "tokens_per_s": total["real_tokens"] / seconds,
+        "dtype": config.dtype,
+        **gap,
     }
     return UpdateResult(metrics, optimizer, not finite)
