@@ -108,7 +108,7 @@ def rollout(
     Streams one JSON line per finished question (its G trajectories with token ids, loss mask and log-probs,
     and every ranker call) to stdout or -o, then the manifest (last line on stdout, a sidecar for a file).
     Pipe it into `cosearch group`. Without --questions and --index it runs the fixture's 109 training
-    questions on indexes/fixture (about 5 s a trajectory on a 2-core CPU: --limit runs fewer).
+    questions on indexes/fixture (with --n 8 about 40 min on a 2-core CPU: --limit runs fewer).
     """
     from cosearch_cli.index import open_index
     from cosearch_cli.rollout import RolloutStats, constraint_factories, live_counter, load_backend
