@@ -136,6 +136,12 @@ def test_thread_count_order_flag_then_slurm_then_omp_then_affinity():
     assert thread_count(None, {"OMP_NUM_THREADS": "2"}, usable_cpus=16) == (2, "OMP_NUM_THREADS")
     assert thread_count(None, {"OMP_NUM_THREADS": "x", "SLURM_CPUS_PER_TASK": "0"}, usable_cpus=5) == (
         5, "CPUs this process may use")
+    # torchrun: 8 local processes share the task's 32 CPUs; OMP_NUM_THREADS is per process (torchrun sets 1)
+    assert thread_count(None, {"SLURM_CPUS_PER_TASK": "32", "LOCAL_WORLD_SIZE": "8"}) == (
+        4, "SLURM_CPUS_PER_TASK / 8 local processes")
+    assert thread_count(None, {"OMP_NUM_THREADS": "1", "LOCAL_WORLD_SIZE": "8"}) == (1, "OMP_NUM_THREADS")
+    assert thread_count(None, {"LOCAL_WORLD_SIZE": "2"}, usable_cpus=2) == (1, "CPUs this process may use / 2 local "
+                                                                            "processes")
     with pytest.raises(ConfigError, match="--threads must be at least 1"):
         thread_count(0, env)
 
