@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from cosearch_cli import grouping, rewards
-from cosearch_cli.errors import ConfigError
+from cosearch_cli.errors import ConfigError, ModelError
 from cosearch_cli.models import resolve_device
 from cosearch_cli.memory_plan import DEFAULT_GPU_GIB, GIB, MemoryPlan, plan_training, refusal
 
@@ -57,6 +57,17 @@ def dry_run(config) -> tuple[dict, MemoryPlan | None]:
     plan = memory_plan(config) if device != "cpu" else None
     return {"train": asdict(config), "device": device, "stages": resolved_stages(config),
             "memory": plan.to_dict() if plan else None}, plan
+
+
+def check_backend(config) -> None:
+    """Before a real run: a vLLM run needs vLLM importable (said now, not after the first evaluation)."""
+    if config.backend != "vllm":
+        return
+    from cosearch_cli.generation.vllm import vllm_available
+
+    reason = vllm_available()
+    if reason:
+        raise ModelError(reason, fix="pip install 'cosearch[vllm]' on the GPU node, or backend = 'hf'")
 
 
 def check_memory(config) -> MemoryPlan | None:

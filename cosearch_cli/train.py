@@ -798,9 +798,10 @@ class Runner:
     # -- the loop ---------------------------------------------------------------------------------------
 
     def run(self) -> Path:
-        from cosearch_cli.dry_run import check_memory
+        from cosearch_cli.dry_run import check_backend, check_memory
 
         c = self.config
+        check_backend(c)
         check_memory(c)  # on a GPU: refuse before any work when the memory plan does not fit
         self.prepare()
         train_questions = read_questions(c.questions)
