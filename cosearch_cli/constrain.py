@@ -368,13 +368,16 @@ class Constraints:
     roles: frozenset[str] = frozenset()
 
 
-def parse_roles(value: str | None, model: str) -> set[str]:
-    """`--constrain` value to a role set: "auto" (on for the embedded model only), "none", or "agent,ranker"."""
-    from cosearch_cli.models import EMBEDDED_LM
+def parse_roles(value: str | None, model: str, ranker_model: str | None = None) -> set[str]:
+    """`--constrain` value to a role set: "none", "agent,ranker", or "auto": each role whose model is the
+    embedded one or a checkpoint trained from it (models.lm_base), whatever its name; the ranker model is
+    the agent's unless given."""
+    from cosearch_cli.models import EMBEDDED_LM, lm_base
 
     value = (value or "auto").strip().lower()
     if value == "auto":
-        return set(ROLES) if model == EMBEDDED_LM else set()
+        models = {"agent": model, "ranker": ranker_model or model}
+        return {role for role in ROLES if lm_base(models[role]) == EMBEDDED_LM}
     if value in ("none", "off", ""):
         return set()
     roles = {r.strip() for r in value.split(",") if r.strip()}

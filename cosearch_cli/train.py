@@ -70,7 +70,8 @@ class TrainConfig:
     train_ranker: bool = True
     """Update the ranker each iteration (needs ranker = 'llm')."""
     constrain: str = "auto"
-    """Constrained decoding roles: auto (on for the embedded model), none, agent, ranker, agent,ranker."""
+    """Constrained decoding roles: auto (on for each role whose model is the embedded one or a checkpoint trained
+    from it), none, agent, ranker, agent,ranker."""
     iterations: int = 2
     """Training iterations (one GRPO step per trained model each)."""
     questions_per_iteration: int = 4
@@ -607,7 +608,7 @@ class Runner:
         c = self.config
         key = ranker_backend is not None  # token tables depend only on the (shared) tokenizer
         if key not in self._constraints:
-            self._constraints[key] = constraint_factories(c.constrain, c.agent, agent, ranker_backend)
+            self._constraints[key] = constraint_factories(c.constrain, c.agent, agent, ranker_backend, c.ranker_model)
         agent_factory, ranker_factory = self._constraints[key]
         return replace(rollout_settings(c, greedy=greedy, seed=seed, ranker=ranker), agent_constraint=agent_factory,
                        ranker_constraint=ranker_factory)

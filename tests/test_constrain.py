@@ -223,6 +223,9 @@ def test_roles_switch():
     assert parse_roles("agent, ranker", "x") == {"agent", "ranker"}
     with pytest.raises(ConfigError, match="unknown role"):
         parse_roles("agent,judge", "smollm2")
+    # auto judges each role by its own model
+    assert parse_roles("auto", "/models/qwen2.5-7b", "smollm2") == {"ranker"}
+    assert parse_roles("auto", "smollm2", "/models/qwen2.5-7b") == {"agent"}
 
 
 def test_make_constraints_per_role(tiny_lm):

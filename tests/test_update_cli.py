@@ -139,3 +139,64 @@ def test_an_empty_output_folder_is_used(cli, tiny_folder, scored, tmp_path):
     result = cli("update", "--model", tiny_folder, "--kl-coef", "0", "--out", out, scored)
     assert result.exit_code == 0, result.stderr
     assert (out / "model.safetensors").is_file()
+
+
+@pytest.fixture(scope="module")
+def embedded_like_folder(tmp_path_factory):
+    """The tiny model marked as load_causal_lm marks the embedded SmolLM2 (mark_base with name "smollm2")."""
+    from cosearch_cli.models import load_tokenizer, mark_base
+
+    tokenizer = load_tokenizer("smollm2")
+    model = tiny_llama(len(tokenizer), seed=0)
+    mark_base(model, "smollm2")
+    folder = tmp_path_factory.mktemp("models") / "tiny-smollm2"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_constrain_auto_follows_checkpoints_of_the_embedded_model(cli, embedded_like_folder, tiny_folder, scored,
+                                                                   tmp_path):
+    from cosearch_cli.generation.hf import HFBackend
+    from cosearch_cli.models import load_causal_lm, lm_base
+    from cosearch_cli.rollout import constraint_factories
+
+    assert json.loads((embedded_like_folder / "config.json").read_text())["cosearch_base"] == "smollm2"
+    first = cli("update", "--model", embedded_like_folder, "--kl-coef", "0", "--out", tmp_path / "g1", scored)
+    assert first.exit_code == 0, first.stderr
+    second = cli("update", "--resume", tmp_path / "g1", "--out", tmp_path / "g2", scored)
+    assert second.exit_code == 0, second.stderr
+    adapter = cli("update", "--model", tmp_path / "g2", "--lora", "4", "--kl-coef", "0", "--out",
+                  tmp_path / "lora", scored)
+    assert adapter.exit_code == 0, adapter.stderr
+    other = cli("update", "--model", tiny_folder, "--kl-coef", "0", "--out", tmp_path / "other", scored)
+    assert other.exit_code == 0, other.stderr
+    for generation in ("g1", "g2", "lora"):  # a checkpoint of a checkpoint, and an adapter through its base
+        assert lm_base(str(tmp_path / generation)) == "smollm2", generation
+    assert lm_base(str(tiny_folder)) is None and lm_base(str(tmp_path / "other")) is None
+
+    backend = HFBackend(*load_causal_lm(str(tmp_path / "g2")))
+    agent_c, ranker_c = constraint_factories("auto", str(tmp_path / "g2"), backend, backend)
+    assert agent_c is not None and ranker_c is not None  # before: on only for the name "smollm2"
+    assert constraint_factories("auto", str(tmp_path / "other"), backend, backend) == (None, None)
+    # agent and ranker are judged by their own models
+    agent_c, ranker_c = constraint_factories("auto", str(tmp_path / "other"), backend, backend, str(tmp_path / "g2"))
+    assert agent_c is None and ranker_c is not None
+    assert constraint_factories("none", str(tmp_path / "g2"), backend, backend) == (None, None)
+
+
+def test_loading_the_embedded_model_marks_it(tmp_path, monkeypatch):
+    """`smollm2` resolves to its cached conversion; a tiny model stands in for it there (nothing converted)."""
+    from cosearch_cli.models import load_causal_lm, load_tokenizer, lm_base
+
+    tokenizer = load_tokenizer("smollm2")
+    monkeypatch.setenv("COSEARCH_CACHE", str(tmp_path))
+    cached = tmp_path / "smollm2-135m-instruct"
+    tiny_llama(len(tokenizer), seed=0).save_pretrained(cached)
+    tokenizer.save_pretrained(cached)
+    assert "cosearch_base" not in json.loads((cached / "config.json").read_text())
+    assert lm_base(str(cached)) == "smollm2"  # the cache itself is the embedded model
+    model, _ = load_causal_lm("smollm2")
+    assert model.config.cosearch_base == "smollm2"
+    model.save_pretrained(tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["cosearch_base"] == "smollm2"

@@ -183,12 +183,16 @@ def test_finetune_lowers_the_demo_loss(train_questions, index, tiny_lm):
 
 
 def test_cli_writes_a_checkpoint_that_loads(tmp_path, tiny_lm, fixtures_dir, index):
-    from cosearch_cli.models import load_causal_lm
+    from cosearch_cli.constrain import parse_roles
+    from cosearch_cli.models import load_causal_lm, lm_base
 
     model, tokenizer = tiny_lm
     base = tmp_path / "tiny"
     model.save_pretrained(base)
     tokenizer.save_pretrained(base)
+    # marked as descending from the embedded model, as every checkpoint saved from `smollm2` is
+    config = orjson.loads((base / "config.json").read_bytes())
+    (base / "config.json").write_bytes(orjson.dumps({**config, "cosearch_base": "smollm2"}))
     out = tmp_path / "warm"
     args = ["warmup", "--questions", fixtures_dir / "train.jsonl", "--index", index.folder, "--model", base,
             "--out", out, "--limit", "6", "--max-turns", "1", "--k", "2", "--exclude", fixtures_dir / "dev.jsonl",
@@ -202,6 +206,7 @@ def test_cli_writes_a_checkpoint_that_loads(tmp_path, tiny_lm, fixtures_dir, ind
     assert {r["role"] for r in rows} == {"agent", "ranker"}
     loaded, _ = load_causal_lm(str(out))
     assert not torch.equal(loaded.model.embed_tokens.weight, model.model.embed_tokens.weight)  # it trained
+    assert lm_base(str(out)) == "smollm2" and parse_roles("auto", str(out)) == {"agent", "ranker"}
     again = run_cli(*args)
     assert again.exit_code == 8 and "already exists" in again.stderr
     clash = run_cli(*args[:-2], "--exclude", fixtures_dir / "train.jsonl", "--overwrite", "--quiet")

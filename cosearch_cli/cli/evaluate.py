@@ -45,7 +45,7 @@ Bootstrap = Annotated[int, typer.Option(help="Paired-bootstrap replicates for co
 Confidence = Annotated[float, typer.Option(help="Confidence level of the bootstrap interval.")]
 Constrain = Annotated[str, typer.Option(
     help="Constrained ranker decoding: recorded (as the rollout that made the calls did), auto (on for the "
-         "embedded model), none, or ranker.")]
+         "embedded model or a checkpoint trained from it), none, or ranker.")]
 Backend = Annotated[str, typer.Option(help="Generation backend: hf (transformers) or vllm.")]
 BatchSize = Annotated[int, typer.Option(help="Ranker calls generated per batch.")]
 

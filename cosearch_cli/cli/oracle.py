@@ -83,7 +83,7 @@ class _Models:
         from cosearch_cli.rollout import constraint_factories
 
         ranker = self.ranker() if half == "llm" else None
-        agent_c, ranker_c = constraint_factories(self.constrain, self.names[0], self.agent(), ranker)
+        agent_c, ranker_c = constraint_factories(self.constrain, self.names[0], self.agent(), ranker, self.names[1])
         return replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
 
 
@@ -116,7 +116,8 @@ def oracle_command(
         help="Questions in flight at once (the agent's batch is n x this; default: the preset's).")] = None,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
     constrain: Annotated[str, typer.Option(
-        help="Constrained decoding: auto (on for the embedded model), none, or agent,ranker.")] = "auto",
+        help="Constrained decoding: auto (on for each role whose model is the embedded one or a "
+             "checkpoint trained from it), none, or agent,ranker.")] = "auto",
     lenient_ranker: Annotated[bool, typer.Option(
         "--lenient-ranker", help="Repair invalid llm rankings instead of falling back to the retriever's "
                                  "top-K (named in the report).")] = False,

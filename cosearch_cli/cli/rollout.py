@@ -89,7 +89,8 @@ def rollout(
     encoder: Annotated[str | None, typer.Option(
         help="Query encoder the dense index must have been built with (checked; default: the index's).")] = None,
     constrain: Annotated[str, typer.Option(
-        help="Constrained decoding: auto (on for the embedded model), none, or agent,ranker.")] = "auto",
+        help="Constrained decoding: auto (on for each role whose model is the embedded one or a "
+             "checkpoint trained from it), none, or agent,ranker.")] = "auto",
     lenient_ranker: Annotated[bool, typer.Option(
         "--lenient-ranker", help="Repair invalid llm rankings (keep valid ids, fill in retriever order) instead "
                                  "of falling back to the retriever's top-K; for evaluation.")] = False,
@@ -142,7 +143,7 @@ def rollout(
     ranker_backend = None
     if ranker == "llm":
         ranker_backend = agent_backend if ranker_model == agent else load_backend(ranker_model, backend, **engine)
-    agent_c, ranker_c = constraint_factories(constrain, agent, agent_backend, ranker_backend)
+    agent_c, ranker_c = constraint_factories(constrain, agent, agent_backend, ranker_backend, ranker_model)
     config = replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
 
     options = {"questions": questions, "index": str(Path(index).resolve()), "agent": agent,
