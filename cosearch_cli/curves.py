@@ -6,6 +6,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from cosearch_cli.artifacts import temporary_path
+
 PANELS = (
     ("train_reward", "training reward (agent)"),
     ("ranker_hit_at_k", "ranker Hit@K of observations"),
@@ -25,10 +27,13 @@ def compare_curves(runs: dict[str, Sequence[dict]], path: str | Path, *, title: 
 
     fig = curves_figure(runs, title=title)
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    tmp = temporary_path(path, ".png")
+    try:
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return path
 
 

@@ -2,19 +2,20 @@
 
 Exit codes (documented in README.md and `cosearch --help`):
   1  unexpected internal error (a bug: please report it)
-  2  command-line usage error (unknown option, missing argument) - Typer's own code
+  2  command-line usage error (unknown option, missing argument; Typer's own code), or -o naming a folder
   3  bad input data: malformed JSONL, missing or mistyped fields, old schema, empty corpus
   4  impossible option or config values
   5  model problem: unknown model path, vocabulary mismatch
   6  index problem: missing index folder, index built with another encoder
   7  nothing to do: no trainable groups in the batch
-  8  output exists and --overwrite was not given
+  8  output exists and --overwrite was not given, or another cosearch process is writing it
   9  cannot write: disk full, no permission, read-only file system
 """
 
 from __future__ import annotations
 
 import errno
+import re
 from pathlib import Path
 
 
@@ -39,6 +40,12 @@ class CosearchError(Exception):
         if self.fix:
             text += f" - {self.fix}"
         return text
+
+
+class UsageError(CosearchError):
+    """A command line that names the wrong kind of thing (e.g. a folder where a file is written)."""
+
+    exit_code = 2
 
 
 class InputError(CosearchError):
@@ -102,7 +109,9 @@ def storage_error(exc: BaseException) -> StorageError | None:
             reason = cause.strerror or errno.errorcode.get(cause.errno, "write refused")
             return _storage(reason, cause.errno, cause.filename)
     text = str(exc)
-    if "No space left on device" in text or "os error 28" in text:
+    # numpy's tofile/np.save report a short write without an errno: "42 requested and 0 written"
+    short_write = isinstance(exc, OSError) and exc.errno is None and re.search(r"\d+ requested and \d+ written", text)
+    if "No space left on device" in text or "os error 28" in text or short_write:
         return _storage("no space left on device", errno.ENOSPC, None)
     return None
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from cosearch_cli.artifacts import Writer, dumps, manifest_path, write_json_atomic
+from cosearch_cli.artifacts import Writer, dumps, manifest_path, write_bytes_atomic, write_json_atomic
 from cosearch_cli.errors import ConfigError, RecordError
 from cosearch_cli.evaluate import Comparison, Evaluation, compare, evaluate
 from cosearch_cli.records import Question, RolloutRecord, read_rollout
@@ -62,6 +62,7 @@ class StudyFolder:
 
     root: Path
     seconds: dict[str, float] = field(default_factory=dict)
+    unrecorded: dict[str, dict] = field(default_factory=dict)  # settings written with a half's first result
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -82,13 +83,16 @@ class StudyFolder:
     def check_settings(self, half: str, settings: dict) -> None:
         """Refuse to continue a half that was started with other settings (its numbers would mix)."""
         path = self.settings_file(half)
-        if not path.is_file():
+        if half in self.unrecorded:
+            recorded = self.unrecorded[half]
+        elif not path.is_file():
             if self.final(half).exists() or self.partial(half).exists():
                 raise ConfigError(f"{half} rollouts in {self.root} have no recorded settings",
                                   fix="pass --overwrite to recompute, or use another --out folder")
-            write_json_atomic(path, settings)
+            self.unrecorded[half] = settings  # recorded with the first result: a failed start leaves nothing
             return
-        recorded = orjson.loads(path.read_bytes())
+        else:
+            recorded = orjson.loads(path.read_bytes())
         if recorded != settings:
             keys = sorted(k for k in set(recorded) | set(settings) if recorded.get(k) != settings.get(k))
             raise ConfigError(f"the {half} half in {self.root} was run with other settings ({', '.join(keys)})",
@@ -98,6 +102,7 @@ class StudyFolder:
         for path in (self.final(half), manifest_path(self.final(half)), self.partial(half), self.settings_file(half)):
             path.unlink(missing_ok=True)
         self.seconds.pop(half, None)
+        self.unrecorded.pop(half, None)
         self._save_seconds()
 
     def load_final(self, half: str) -> list[RolloutRecord] | None:
@@ -127,12 +132,15 @@ class StudyFolder:
             record = read_rollout(data, str(path), i)
             done[record.question_id] = record
         # Rewrite without the torn tail so that appends start on a fresh line.
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(b"".join(dumps(r) for r in done.values()))
-        os.replace(tmp, path)
+        write_bytes_atomic(path, b"".join(dumps(r) for r in done.values()))
         return done
 
+    def _record_settings(self, half: str) -> None:
+        if half in self.unrecorded:
+            write_json_atomic(self.settings_file(half), self.unrecorded.pop(half))
+
     def append(self, half: str, record: RolloutRecord, seconds: float) -> None:
+        self._record_settings(half)
         with open(self.partial(half), "ab") as handle:
             handle.write(dumps(record))
             handle.flush()
@@ -141,6 +149,7 @@ class StudyFolder:
         self._save_seconds()
 
     def finish(self, half: str, records: list[RolloutRecord], manifest: dict) -> None:
+        self._record_settings(half)
         manifest = manifest | {"wall_seconds": round(self.seconds.get(half, 0.0), 1)}
         with Writer(self.final(half)) as out:
             out.write_all(records)

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from cosearch_cli.artifacts import Reader
 
 SCHEMA_VERSION = 1
+# Longest question accepted (characters). The benchmarks' longest is 315; a 50 MB "question" once drove a
+# rollout past 5 GB of memory within seconds, so a question over this is refused before any model loads.
+MAX_QUESTION_CHARS = 4000
 
 T = TypeVar("T")
 
@@ -298,6 +301,10 @@ def read_question(row_data: dict, path: str, line: int) -> Question:
     if not question.answers or not all(isinstance(a, str) for a in question.answers):
         raise RecordError(f"question {question.id!r} has no gold answers", path=path, line=line,
                           fix="give each question a non-empty 'answers' list of strings")
+    if len(question.question) > MAX_QUESTION_CHARS:
+        raise RecordError(f"question {question.id!r} has {len(question.question):,} characters, more than the "
+                          f"{MAX_QUESTION_CHARS:,} accepted", path=path, line=line,
+                          fix="shorten it (benchmark questions are under 400 characters)")
     return question
 
 

@@ -16,6 +16,7 @@ does not depend on which other questions share its batch.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -104,8 +105,8 @@ class RolloutConfig:
             problems.append("max_turns must be 0 or more")
         if self.top_n < self.k:
             problems.append(f"top_n ({self.top_n}) must be at least k ({self.k})")
-        if not self.greedy and self.temperature <= 0:
-            problems.append("temperature must be positive (use greedy for argmax decoding)")
+        if not self.greedy and not (math.isfinite(self.temperature) and self.temperature > 0):
+            problems.append("temperature must be a positive finite number (use greedy for argmax decoding)")
         if not 0 < self.top_p <= 1:
             problems.append("top_p must be in (0, 1]")
         if self.ranker == "llm" and not has_ranker_backend:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import os
 import random
 import shutil
@@ -35,7 +36,7 @@ from pathlib import Path
 import orjson
 
 from cosearch_cli import advantages, grouping, rewards
-from cosearch_cli.artifacts import Reader, Writer, make_manifest, write_json_atomic
+from cosearch_cli.artifacts import Reader, Writer, make_manifest, write_bytes_atomic, write_json_atomic
 from cosearch_cli.errors import ConfigError, NothingToDo
 from cosearch_cli.records import Question, RolloutRecord, read_rollout
 from cosearch_cli.records import read_questions as _read_question_file
@@ -205,6 +206,10 @@ class TrainConfig:
         if self.dynamic_sampling and self.max_draw and self.max_draw < self.questions_per_iteration:
             problems.append(("max_draw", f"({self.max_draw}) must be at least questions_per_iteration "
                                          f"({self.questions_per_iteration})"))
+        for f in fields(self):  # NaN passes every comparison above and below: refuse it (and infinity) first
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                problems.append((f.name, f"must be a finite number, got {value}"))
         if self.lr <= 0 or self.kl_coef < 0 or self.temperature <= 0:
             problems.append(("lr/kl_coef/temperature", "lr and temperature must be > 0, kl_coef >= 0"))
         if self.eval_every < 0 or self.eval_limit < 0:
@@ -285,6 +290,8 @@ def _read_toml(path: Path) -> dict:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError("config file not found", path=path, fix="check the path") from None
+    except IsADirectoryError:
+        raise ConfigError("is a folder, not a config file", path=path, fix="pass the TOML file inside it") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML ({exc})", path=path, fix="see examples/train.toml") from None
     known = {f.name: f for f in fields(TrainConfig)}
@@ -518,9 +525,7 @@ class Runner:
                 raise ConfigError(f"{self.paths.root} holds a run with another configuration",
                                   fix="resume with the same options, or choose another --name")
         else:
-            tmp = self.paths.config.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.replace(self.paths.config)
+            write_bytes_atomic(self.paths.config, text.encode())
 
     @property
     def index(self):
@@ -804,13 +809,14 @@ class Runner:
         c = self.config
         check_backend(c)
         check_memory(c)  # on a GPU: refuse before any work when the memory plan does not fit
-        self.prepare()
         train_questions = read_questions(c.questions)
         dev = read_questions(c.dev_questions)
         overlap = {q.id for q in train_questions} & {q.id for q in dev}
         if overlap:
             raise ConfigError(f"{len(overlap)} dev question(s) are also training questions, e.g. "
                               f"{sorted(overlap)[0]!r}", fix="evaluate on questions never trained on")
+        self.index  # opened (or built) now: the run folder is made only once its inputs were checked
+        self.prepare()
         dev = eval_questions(dev, c.eval_limit)
         if c.warmup_questions:
             if c.eval_init:

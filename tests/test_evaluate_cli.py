@@ -9,6 +9,8 @@ import orjson
 import polars as pl
 import pytest
 from conftest import run_cli
+
+from cosearch_cli.artifacts import make_manifest
 from test_evaluate import hand_run, make_record
 
 
@@ -53,8 +55,21 @@ def test_summary_to_a_file_and_yes_no_rule(tmp_path):
 
 def test_stdin_run(tmp_path):
     data = b"".join(orjson.dumps(asdict(r)) + b"\n" for r in hand_run())
-    result = run_cli("evaluate", "-", "--quiet", input=data)
+    manifest = orjson.dumps(make_manifest("rollout", {})) + b"\n"  # a finished stage's stream ends with it
+    result = run_cli("evaluate", "-", "--quiet", input=data + manifest)
     assert result.exit_code == 0 and json.loads(result.stdout)["kind"] == "evaluation"
+
+
+def test_stdin_run_cut_short_is_refused_or_marked_partial(tmp_path):
+    """A pipe whose upstream died has no manifest line: refused (3), or accepted with --allow-partial and
+    marked partial in the output's manifest."""
+    data = b"".join(orjson.dumps(asdict(r)) + b"\n" for r in hand_run())
+    result = run_cli("evaluate", "-", "--quiet", input=data)
+    assert result.exit_code == 3 and "ended without a manifest line" in result.stderr
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+    result = run_cli("evaluate", "-", "--quiet", "--allow-partial", input=data)
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["manifest"]["partial"]["inputs"] == ["<stdin>"]
 
 
 def test_comparison(tmp_path):

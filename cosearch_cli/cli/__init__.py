@@ -8,7 +8,10 @@ go to stderr so stdout carries only data and stages pipe.
 from __future__ import annotations
 
 import importlib
+import os
+import signal
 import sys
+import threading
 
 import typer
 
@@ -18,15 +21,48 @@ from cosearch_cli import __version__
 from cosearch_cli.errors import CosearchError, storage_error
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every `finally` and `with` removes its temporaries on the way out."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush into a closed pipe stays silent."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (e.g. a test runner's buffer)
+        pass
+
+
 class _Group(TyperGroup):
-    """Turns a CosearchError from any command into one line on stderr and the error's exit code."""
+    """Turns a CosearchError from any command into one line on stderr and the error's exit code; an
+    interrupt (Ctrl-C, SIGTERM) into "interrupted" and 130/143; a reader that closed our stdout pipe
+    (`cosearch ... | head`) into a quiet exit 141, as for other Unix tools."""
 
     def invoke(self, ctx):
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+        try:
+            return self._invoke(ctx)
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except CosearchError as exc:
             typer.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt as exc:
+            typer.echo("interrupted", err=True)
+            ctx.exit(143 if isinstance(exc, Terminated) else 130)
+        except BrokenPipeError:
+            _quiet_stdout()
+            ctx.exit(128 + signal.SIGPIPE)
         except Exception as exc:  # a full disk or unwritable folder is not a bug: one line, exit 9
             storage = storage_error(exc)
             if storage is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
+import click
 import typer
 from rich.console import Console
 
@@ -62,6 +63,17 @@ def fixture_default(value, name: str, default, quiet: bool):
         shown = default if isinstance(default, str) else ", ".join(default)
         stderr.print(f"{name} not given: using the fixture's {shown}", highlight=False, markup=False)
     return default
+AllowPartial = Annotated[bool, typer.Option(
+    "--allow-partial", help="Accept a piped input that ended without its manifest line (its upstream stage "
+                            "failed or was stopped) and mark the output partial in its manifest; refused by "
+                            "default.")]
+
+
+def hold_output_lock(target: str | Path) -> None:
+    """Lock the output folder `target` (artifacts.output_lock) until the running command ends."""
+    from cosearch_cli.artifacts import output_lock
+
+    click.get_current_context().with_resource(output_lock(target))
 
 
 def progress(quiet: bool = False) -> Progress:

@@ -19,9 +19,10 @@ from rich.table import Table
 
 from typer.core import TyperGroup
 
-from cosearch_cli.artifacts import Reader, Writer, make_manifest, manifest_path, write_json_atomic
+from cosearch_cli.artifacts import (Reader, Writer, make_manifest, manifest_path, mark_partial, write_bytes_atomic,
+                                    write_json_atomic)
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Device, Dtype, Quiet, Seed, progress, stderr
+from cosearch_cli.cli.common import AllowPartial, Device, Dtype, Quiet, Seed, progress, stderr
 from cosearch_cli.errors import ConfigError, InputError
 from cosearch_cli.evaluate import Comparison, Evaluation, compare, evaluate, read_run
 from cosearch_cli.plots import comparison_figure, f1_figure
@@ -63,9 +64,9 @@ evaluate_app = typer.Typer(
 app.add_typer(evaluate_app, name="evaluate")
 
 
-def load_run(path: str) -> tuple[list, Reader]:
+def load_run(path: str, allow_partial: bool = False) -> tuple[list, Reader]:
     """Read one run (a file, a quoted glob of shards, or - for stdin) and refuse an empty one."""
-    reader = Reader.open(path)
+    reader = Reader.open(path, stage_stream=True, allow_partial=allow_partial)
     records = read_run(reader.rows())
     if not records:
         raise InputError("no rollout records in this input", path=path,
@@ -112,9 +113,7 @@ def write_table(path: str, rows: list[dict], manifest: dict) -> None:
 def write_png(path: str, data: bytes, manifest: dict) -> None:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(target)
+    write_bytes_atomic(target, data)
     write_json_atomic(manifest_path(target), manifest)
 
 
@@ -146,6 +145,7 @@ def evaluate_command(
     bootstrap: Bootstrap = 1000,
     confidence: Confidence = 0.95,
     seed: Seed = 0,
+    allow_partial: AllowPartial = False,
     quiet: Quiet = False,
 ) -> None:
     """Score rollouts as the papers report them (EM, F1, SubEM per dataset; single-hop / multi-hop / average;
@@ -162,14 +162,15 @@ def evaluate_command(
                                                        "quote a glob to give one run as several shards")
     check_bootstrap(bootstrap, confidence)
     options = {"runs": runs, "yes_no_rule": yes_no_rule, "bootstrap": bootstrap, "confidence": confidence}
-    loaded = [load_run(path) for path in runs]
+    loaded = [load_run(path, allow_partial) for path in runs]
     hashes, upstream = {}, []
     for _, reader in loaded:
         hashes.update(reader.hashes)
         upstream.extend(reader.upstream)
     evaluations = [evaluate(records, yes_no_rule=yes_no_rule) for records, _ in loaded]
     options["variant"] = [e.variant for e in evaluations]
-    manifest = make_manifest("evaluate", options, inputs=hashes, seed=seed, upstream=upstream)
+    manifest = mark_partial(make_manifest("evaluate", options, inputs=hashes, seed=seed, upstream=upstream),
+                            [reader for _, reader in loaded])
 
     if len(evaluations) == 1:
         _report_one(evaluations[0], manifest, output, per_question, per_dataset, plot, quiet)

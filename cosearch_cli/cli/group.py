@@ -10,10 +10,10 @@ import orjson
 import typer
 
 from cosearch_cli import grouping
-from cosearch_cli.artifacts import Reader, Writer, dumps, make_manifest
+from cosearch_cli.artifacts import Reader, Writer, dumps, make_manifest, mark_partial
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Inputs, OldRules, Output, Quiet, stderr
-from cosearch_cli.errors import NothingToDo, RecordError
+from cosearch_cli.cli.common import AllowPartial, Inputs, OldRules, Output, Quiet, stderr
+from cosearch_cli.errors import InputError, RecordError
 from cosearch_cli.gcpause import paused_gc
 from cosearch_cli.records import GroupInfo, RolloutRecord, read_rollout
 
@@ -24,10 +24,11 @@ Summary = Annotated[str | None, typer.Option(help="Also write one row per group 
                                                   "kept, reason) to this .parquet or .jsonl path.")]
 
 
-def iter_records(inputs: list[str], min_stage: str, check) -> tuple[Reader, Iterator[RolloutRecord]]:
+def iter_records(inputs: list[str], min_stage: str, check, allow_partial: bool = False
+                 ) -> tuple[Reader, Iterator[RolloutRecord]]:
     """The inputs' records, each checked as it is read; a question that appears twice (e.g. overlapping
     shards) is refused."""
-    reader = Reader.open(inputs or ["-"])
+    reader = Reader.open(inputs or ["-"], stage_stream=True, allow_partial=allow_partial)
 
     def records() -> Iterator[RolloutRecord]:
         first_seen: dict[str, str] = {}
@@ -44,13 +45,20 @@ def iter_records(inputs: list[str], min_stage: str, check) -> tuple[Reader, Iter
     return reader, records()
 
 
-def read_records(inputs: list[str], min_stage: str, check) -> tuple[list[RolloutRecord], Reader]:
+def read_records(inputs: list[str], min_stage: str, check, allow_partial: bool = False
+                 ) -> tuple[list[RolloutRecord], Reader]:
     """Every record of the inputs in memory (for stages that need the whole batch), checked."""
-    reader, records = iter_records(inputs, min_stage, check)
+    reader, records = iter_records(inputs, min_stage, check, allow_partial)
     out = list(records)
     if not out:
-        raise NothingToDo("the input holds no rollout records", fix="check the upstream stage's output")
+        raise no_records(inputs)
     return out, reader
+
+
+def no_records(inputs: list[str] | None) -> InputError:
+    """Empty input is bad input data (exit 3) in every stage."""
+    return InputError("the input holds no rollout records", path=", ".join(inputs or ["-"]),
+                      fix="check the upstream stage's output")
 
 
 def write_outputs(items: list, groups: list[tuple[str, list[GroupInfo]]], output: str, summary: str | None,
@@ -79,6 +87,7 @@ def group(
         help="Strict keeps clusters of size > k_min (official code); inclusive keeps size >= k_min (paper). "
              "Default: --rules'.")] = None,
     summary: Summary = None,
+    allow_partial: AllowPartial = False,
     quiet: Quiet = False,
 ) -> None:
     """Form GRPO groups: the G trajectories of a question for the agent, and clusters of similar ranker calls
@@ -91,7 +100,7 @@ def group(
     """
     preset = old_preset or preset
     config = grouping.resolve_config(preset, tau=tau, kmin=kmin, kmin_strict=kmin_strict)
-    reader, records = iter_records(inputs, "rollout", grouping.check_rollout)
+    reader, records = iter_records(inputs, "rollout", grouping.check_rollout, allow_partial)
     # Questions group independently, so each record is serialised as soon as it is grouped and only its
     # line is kept: nothing reaches the output before every input line has been read and checked.
     lines, groups = [], []
@@ -101,9 +110,9 @@ def group(
             lines.append(orjson.Fragment(dumps(record)[:-1]))
             groups.append((record.question_id, record.groups))
     if not lines:
-        raise NothingToDo("the input holds no rollout records", fix="check the upstream stage's output")
-    manifest = make_manifest("group", {"preset": preset, **asdict(config)}, inputs=reader.hashes,
-                             upstream=reader.upstream)
+        raise no_records(inputs)
+    manifest = mark_partial(make_manifest("group", {"preset": preset, **asdict(config)}, inputs=reader.hashes,
+                                          upstream=reader.upstream), [reader])
     write_outputs(lines, groups, output, summary, manifest)
     if not quiet:
         stderr.print(f"group: {len(lines):,} questions, rules {preset} (tau {config.tau}, keep size "

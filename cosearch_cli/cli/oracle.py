@@ -184,6 +184,7 @@ def oracle_command(
     def rollouts(half: str, todo_questions: list[Question]):
         if not todo_questions:
             return
+        index = models.index()  # a missing or damaged index fails before any model loads
         half_config = models.constraints(replace(config, ranker=half), half)
         ranker_backend = models.ranker() if half == "llm" else None
         partial = folder.partial(half)
@@ -197,7 +198,7 @@ def oracle_command(
                 bar.log(f"{half} half: {done_before} of {len(qs)} questions finished earlier, "
                         f"{len(todo_questions)} to go")
             for record in run_rollouts(todo_questions, agent=models.agent(), ranker_backend=ranker_backend,
-                                       index=models.index(), config=half_config, stats=stats):
+                                       index=index, config=half_config, stats=stats):
                 bar.advance(task)
                 yield record
 

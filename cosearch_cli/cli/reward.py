@@ -11,11 +11,11 @@ import orjson
 import typer
 
 from cosearch_cli import advantages, grouping, rewards
-from cosearch_cli.artifacts import dumps, make_manifest
+from cosearch_cli.artifacts import dumps, make_manifest, mark_partial
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import Inputs, OldRules, Output, Quiet, stderr
-from cosearch_cli.cli.group import Summary, iter_records, read_records, write_outputs
-from cosearch_cli.errors import ConfigError, NothingToDo
+from cosearch_cli.cli.common import AllowPartial, Inputs, OldRules, Output, Quiet, stderr
+from cosearch_cli.cli.group import Summary, iter_records, no_records, read_records, write_outputs
+from cosearch_cli.errors import ConfigError
 from cosearch_cli.gcpause import paused_gc
 
 STREAM_CHUNK = 64  # questions scored together when records stream (scale group/none)
@@ -133,6 +133,7 @@ def reward(
              "std of all trainable rewards of that role in the input; none = r - group mean.")] = "group",
     eps: Annotated[float, typer.Option(help="Added to the std before dividing.")] = 1e-6,
     summary: Summary = None,
+    allow_partial: AllowPartial = False,
     quiet: Quiet = False,
 ) -> None:
     """Score grouped rollouts: agent reward (answer F1; EM and SubEM recorded), composite ranker reward
@@ -157,10 +158,10 @@ def reward(
     # only their serialised lines are kept until everything was read and checked.
     with paused_gc():
         if scale == "batch":
-            records, reader = read_records(inputs, "grouped", grouping.check_grouped)
+            records, reader = read_records(inputs, "grouped", grouping.check_grouped, allow_partial)
             chunks = [records]
         else:
-            reader, records = iter_records(inputs, "grouped", grouping.check_grouped)
+            reader, records = iter_records(inputs, "grouped", grouping.check_grouped, allow_partial)
             chunks = _chunks(records, STREAM_CHUNK)
         lines, groups, tally = [], [], RewardTally()
         for chunk in chunks:
@@ -175,9 +176,10 @@ def reward(
                 groups.append((record.question_id, record.groups))
                 tally.add(record)
     if not lines:
-        raise NothingToDo("the input holds no rollout records", fix="check the upstream stage's output")
+        raise no_records(inputs)
     options = {"preset": preset, **asdict(config), "verifier": verifier, "scale": scale, "eps": eps}
-    manifest = make_manifest("reward", options, inputs=reader.hashes, upstream=reader.upstream)
+    manifest = mark_partial(make_manifest("reward", options, inputs=reader.hashes, upstream=reader.upstream),
+                            [reader])
     write_outputs(lines, groups, output, summary, manifest)
     if not quiet:
         if not any(g.kept for _, question_groups in groups for g in question_groups):

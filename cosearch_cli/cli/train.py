@@ -10,6 +10,7 @@ import orjson
 import typer
 
 from cosearch_cli import train as training
+from cosearch_cli.artifacts import output_lock
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import Quiet, Threads, progress, stderr, use_threads
 from cosearch_cli.demo import DEMO_TIME
@@ -69,7 +70,7 @@ def train(
         _dry_run(cfg, quiet)
         return
     use_threads(threads, quiet)
-    with progress(quiet) as bar:
+    with output_lock(Path(cfg.out) / cfg.name), progress(quiet) as bar:  # one writer per run folder
         root = _runner(cfg, bar).run()
     rows = [orjson.loads(p.read_bytes()) for p in sorted(root.glob("iter-*/metrics.json"))]
     stderr.print(f"run folder: {root} (metrics.parquet, curves.png, iter-*/)")
@@ -120,7 +121,7 @@ def demo(
         from cosearch_cli.cli.index import fixture
 
         fixture(out=cfg.index, dense=True, reencode=False, overwrite=False, quiet=quiet)
-    with progress(quiet) as bar:
+    with output_lock(Path(cfg.out) / cfg.name), progress(quiet) as bar:
         summary = run_demo(cfg, _runner(cfg, bar))
     summary["minutes"] = round((time.perf_counter() - started) / 60, 1)
     for line in summary["lines"]:

@@ -9,10 +9,11 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from cosearch_cli.artifacts import Reader, Writer, make_manifest
+from cosearch_cli.artifacts import Reader, Writer, make_manifest, mark_partial
 from cosearch_cli.cli import app
-from cosearch_cli.cli.common import (Dtype, Inputs, Overwrite, Quiet, Seed, Threads, progress, refuse_existing, stderr,
-                                     use_threads)
+from cosearch_cli.cli.common import (AllowPartial, Dtype, Inputs, Overwrite, Quiet, Seed, Threads, hold_output_lock,
+                                     progress, refuse_existing, stderr, use_threads)
+from cosearch_cli.cli.group import no_records
 from cosearch_cli.errors import ConfigError, NothingToDo
 from cosearch_cli.records import read_rollout
 
@@ -64,6 +65,7 @@ def update(
                                        "min(p_trainer / p_engine, cap) (needs recomputed old log-probs); "
                                        "0 = off.")] = 0.0,
     overwrite: Overwrite = False,
+    allow_partial: AllowPartial = False,
     seed: Seed = 0,
     threads: Threads = None,
     quiet: Quiet = False,
@@ -73,7 +75,8 @@ def update(
     Example: cosearch update --role agent --model smollm2 --out ckpt/1 scored.jsonl
 
     Under torchrun (`torchrun --nproc_per_node K -m cosearch_cli update ...`) the processes split the
-    batch (DDP; gloo on CPU, NCCL on GPU) and rank 0 writes the checkpoint.
+    batch (DDP; gloo on CPU, NCCL on GPU) and rank 0 writes the checkpoint. A step whose loss or gradient
+    is not finite is skipped: its metrics are printed, no checkpoint is written, and the exit code is 7.
     """
     import torch
 
@@ -97,8 +100,10 @@ def update(
                           grad_checkpointing=grad_checkpointing, parallel=parallel, dtype=dtype, offload=offload,
                           recompute_old=tis_cap > 0, tis_cap=tis_cap, seed=seed)
 
-    reader = Reader.open(inputs)
+    reader = Reader.open(inputs, stage_stream=True, allow_partial=allow_partial)
     records = [read_rollout(row.data, row.path, row.line, min_stage="scored") for row in reader.rows()]
+    if not records:
+        raise no_records(inputs)
     device_type = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
     engine = old_logprobs.rollout_engine(reader.upstream)
     recompute = old_logprobs.resolve(recompute_old_logprobs, engine, device=device_type, dtype=dtype)
@@ -111,6 +116,9 @@ def update(
     use_threads(threads, quiet or not distributed.is_main())
     if parallel == "fsdp":  # also on one process: FSDP's mixed precision and CPU offload
         distributed.init_local_group()
+    if distributed.is_main():
+        hold_output_lock(out)  # a second writer of --out stops here
+        refuse_existing(out, overwrite)
     torch.manual_seed(seed)
     policy_name = resume or model
     info = read_info(policy_name) if Path(policy_name).is_dir() else {}
@@ -130,7 +138,14 @@ def update(
     metrics = {"kind": "update_metrics", "step": step, **result.metrics}
     options = {"role": role, "model": model, "ref": ref_name if ref_model is not None else None,
                "resume": resume, "out": out, **config.to_dict(), "merge_lora": merge_lora}
-    manifest = make_manifest("update", options, inputs=reader.hashes, seed=seed, upstream=reader.upstream)
+    manifest = mark_partial(make_manifest("update", options, inputs=reader.hashes, seed=seed,
+                                          upstream=reader.upstream), [reader])
+    if result.skipped:  # the previous weights stand: nothing to save
+        if distributed.is_main():
+            with Writer("-", manifest=manifest) as writer:
+                writer.write(metrics)
+        raise NothingToDo(f"the update was skipped ({metrics['skip_reason']}); no checkpoint was written",
+                          path=out, fix="lower --lr or check the scored input")
     save_checkpoint(out, model=policy, tokenizer=tokenizer, config=config, optimizer=result.optimizer,
                     info={"role": role, "model": policy_name, "ref": ref_name, "step": step},
                     metrics=metrics, manifest=manifest, merge_lora=merge_lora, overwrite=overwrite)
@@ -139,9 +154,8 @@ def update(
     with Writer("-", manifest=manifest) as writer:
         writer.write(metrics)
     if not quiet:
-        note = f"skipped ({metrics['skip_reason']})" if metrics["skipped"] else f"loss {metrics['loss']:.4g}"
         stderr.print(f"update {role}: {metrics['sequences']} sequences, {metrics['tokens']} trained tokens, "
-                     f"{note}, {metrics['seconds']:.1f} s -> {out}")
+                     f"loss {metrics['loss']:.4g}, {metrics['seconds']:.1f} s -> {out}")
 
 
 def _load_policy(name: str, config, device: str):

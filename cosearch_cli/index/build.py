@@ -20,14 +20,15 @@ from pathlib import Path
 
 import orjson
 
-from cosearch_cli.artifacts import make_manifest, write_json_atomic
+from cosearch_cli.artifacts import (make_manifest, output_lock, sweep_temporaries, temporary_path,
+                                    write_json_atomic)
 from cosearch_cli.errors import ConfigError, IndexError_, InputError, OutputExists
 from cosearch_cli.gcpause import paused_gc
 from cosearch_cli.index import bm25 as bm25_mod
 from cosearch_cli.index import bm25_sharded
 from cosearch_cli.index import dense as dense_mod
 from cosearch_cli.index.corpus import Corpus, passage_key
-from cosearch_cli.index.docstore import DocStore, DocStoreWriter, RowIds, duplicate_error
+from cosearch_cli.index.docstore import DAMAGED, DocStore, DocStoreWriter, RowIds, damaged_index, duplicate_error
 from cosearch_cli.records import Passage
 from cosearch_cli.retrieval import Retriever
 
@@ -72,20 +73,26 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
     if dense:
         encoder = (dense_mod.EncoderSpec(dense) if embeddings is not None
                    else dense_mod.HFEncoder(dense, batch_size=batch_size))
-    if folder.exists() and any(folder.iterdir()) and not overwrite:
-        raise OutputExists(f"{folder} already exists", fix="pass --overwrite to replace it, or choose another path")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        manifest = _build(passages, tmp, bm25=bm25_backend if bm25 else None, shard_size=shard_size,
-                          encoder=encoder, types=types,
-                          embeddings=embeddings, cache_embeddings=cache_embeddings, options=options or {}, on_progress=on_progress)
-        _replace_folder(tmp, folder)
-    finally:
+    with output_lock(folder):  # a second build into the same folder stops here instead of replacing this one
+        _refuse_existing(folder, overwrite)
+        sweep_temporaries(folder.parent)
+        tmp = temporary_path(folder)
         shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            manifest = _build(passages, tmp, bm25=bm25_backend if bm25 else None, shard_size=shard_size,
+                              encoder=encoder, types=types, embeddings=embeddings,
+                              cache_embeddings=cache_embeddings, options=options or {}, on_progress=on_progress)
+            _refuse_existing(folder, overwrite)  # again: something else may have made it meanwhile
+            _replace_folder(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return manifest
+
+
+def _refuse_existing(folder: Path, overwrite: bool) -> None:
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not overwrite:
+        raise OutputExists(f"{folder} already exists", fix="pass --overwrite to replace it, or choose another path")
 
 
 def _build(passages, tmp: Path, *, bm25: str | None, shard_size: int, encoder, types, embeddings, cache_embeddings, options,
@@ -241,14 +248,23 @@ class Index:
 
     def _open(self, kind: str, encoder: str | None, index_type: str | None) -> Retriever:
         if kind == "bm25":
-            info = self.manifest["bm25"]
-            if info["backend"] == "pyserini":
-                from cosearch_cli.index.lucene import LuceneRetriever
-                return LuceneRetriever(self.folder / "bm25", k1=info["k1"], b=info["b"])
-            if info["backend"] == "sharded":
-                return bm25_sharded.ShardedBM25Retriever(self.folder / "bm25", self.docs.row_ids())
-            return bm25_mod.BM25Retriever(self.folder / "bm25", self.docs.row_ids(), stemmer=info.get("stemmer"),
-                                          stopwords=info.get("stopwords", "en"))
+            try:
+                return self._open_bm25()
+            except DAMAGED as exc:
+                raise damaged_index(self.folder / "bm25", exc) from None
+        return self._open_dense(encoder, index_type)
+
+    def _open_bm25(self) -> Retriever:
+        info = self.manifest["bm25"]
+        if info["backend"] == "pyserini":
+            from cosearch_cli.index.lucene import LuceneRetriever
+            return LuceneRetriever(self.folder / "bm25", k1=info["k1"], b=info["b"])
+        if info["backend"] == "sharded":
+            return bm25_sharded.ShardedBM25Retriever(self.folder / "bm25", self.docs.row_ids())
+        return bm25_mod.BM25Retriever(self.folder / "bm25", self.docs.row_ids(), stemmer=info.get("stemmer"),
+                                      stopwords=info.get("stopwords", "en"))
+
+    def _open_dense(self, encoder: str | None, index_type: str | None) -> Retriever:
         info = self.manifest["dense"]
         built_with = info["encoder"]
         if encoder is not None and encoder_spec(encoder) != built_with:
@@ -258,9 +274,13 @@ class Index:
         if index_type not in info["index_types"]:
             raise IndexError_(f"no {index_type} dense index here (built: {', '.join(info['index_types'])})",
                               path=self.folder, fix=f"rebuild with --dense-index {index_type}")
+        faiss_file = self.folder / "dense" / f"{index_type}.faiss"
+        try:
+            faiss_index = dense_mod.read_faiss(faiss_file)
+        except DAMAGED as exc:
+            raise damaged_index(faiss_file, exc) from None
         model = dense_mod.HFEncoder(built_with, prefixes=info["prefixes"], max_length=info["max_length"])
-        return DenseRetriever(model, dense_mod.read_faiss(self.folder / "dense" / f"{index_type}.faiss"),
-                              self.docs.row_ids())
+        return DenseRetriever(model, faiss_index, self.docs.row_ids())
 
 
 class DenseRetriever:
@@ -296,7 +316,10 @@ def open_index(folder: str | Path) -> Index:
     manifest_file = folder / MANIFEST
     if not manifest_file.is_file():
         raise IndexError_(f"not a cosearch index (no {MANIFEST})", path=folder, fix=build_hint)
-    manifest = orjson.loads(manifest_file.read_bytes())
+    try:
+        manifest = orjson.loads(manifest_file.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise damaged_index(manifest_file, exc) from None
     if manifest.get("format") != INDEX_FORMAT:
         raise IndexError_(f"index format {manifest.get('format')!r}, this cosearch reads {INDEX_FORMAT}",
                           path=folder, fix="rebuild the index with this version")

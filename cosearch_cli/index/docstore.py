@@ -23,6 +23,20 @@ from cosearch_cli.records import Passage
 
 PASSAGES = "passages.jsonl"
 _ID_CHUNK = 1_000_000
+# What reading a missing, truncated or garbled index file raises (numpy, faiss, bm25s, orjson).
+DAMAGED = (OSError, ValueError, EOFError, RuntimeError)
+
+
+def damaged_index(path: Path | str, exc: BaseException | str) -> IndexError_:
+    """The one-line error for an index file that is missing or cannot be read: name it, say to rebuild."""
+    if isinstance(exc, str):
+        detail = exc
+    elif isinstance(exc, FileNotFoundError):
+        detail, path = "is missing", exc.filename or path
+    else:
+        detail = f"is damaged ({type(exc).__name__})"
+    return IndexError_(f"index file {detail}", path=path,
+                       fix="rebuild the index (`cosearch index build/wiki/fixture ... --overwrite`)")
 
 
 class DocStoreWriter:
@@ -70,13 +84,30 @@ class DocStore:
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
-        self.offsets = np.load(self.folder / "offsets.npy", mmap_mode="r")
-        self.ids = np.load(self.folder / "ids.npy", mmap_mode="r")
-        self._ids_sorted = np.load(self.folder / "ids_sorted.npy", mmap_mode="r")
-        self._rows_sorted = np.load(self.folder / "rows_sorted.npy", mmap_mode="r")
-        self._file = open(self.folder / PASSAGES, "rb")
-        size = int(self.offsets[-1])
+        self.offsets = self._table("offsets.npy")
+        self.ids = self._table("ids.npy")
+        self._ids_sorted = self._table("ids_sorted.npy")
+        self._rows_sorted = self._table("rows_sorted.npy")
+        n = len(self.offsets) - 1
+        for name, table in (("ids.npy", self.ids), ("ids_sorted.npy", self._ids_sorted),
+                            ("rows_sorted.npy", self._rows_sorted)):
+            if len(table) != n:
+                raise damaged_index(self.folder / name, f"holds {len(table)} rows, offsets.npy {n}")
+        try:
+            self._file = open(self.folder / PASSAGES, "rb")
+        except OSError as exc:
+            raise damaged_index(self.folder / PASSAGES, exc) from None
+        size = int(self.offsets[-1]) if n >= 0 else 0
+        actual = self.folder.joinpath(PASSAGES).stat().st_size
+        if actual != size:
+            raise damaged_index(self.folder / PASSAGES, f"has {actual:,} bytes, offsets.npy expects {size:,}")
         self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+
+    def _table(self, name: str) -> np.ndarray:
+        try:
+            return np.load(self.folder / name, mmap_mode="r")
+        except DAMAGED as exc:
+            raise damaged_index(self.folder / name, exc) from None
 
     def __len__(self) -> int:
         return len(self.offsets) - 1

@@ -46,6 +46,9 @@ def _trained(advantage: float | None) -> bool:
 
 def _check(seq: TrainSeq, where: str) -> TrainSeq:
     n = len(seq.token_ids)
+    if not n:
+        raise RecordError(f"{where}: the sequence has no token ids, so it cannot be trained",
+                          fix="regenerate this rollout; every trajectory and ranker call records its tokens")
     if len(seq.mask) != n or len(seq.old_logprobs) != n:
         raise RecordError(f"{where}: token_ids, loss mask and logprobs have lengths {n}, {len(seq.mask)}, "
                           f"{len(seq.old_logprobs)}", fix="regenerate this rollout; the three must align")

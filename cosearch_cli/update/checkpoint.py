@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import torch
 
-from cosearch_cli.artifacts import write_json_atomic
+from cosearch_cli.artifacts import sweep_temporaries, temporary_path, write_json_atomic
 from cosearch_cli.errors import ModelError, OutputExists
 from cosearch_cli.update import distributed
 from cosearch_cli.update.config import UpdateConfig
@@ -39,9 +39,10 @@ def save_checkpoint(out: str | Path, *, model, tokenizer, config: UpdateConfig, 
     if not distributed.is_main():
         distributed.barrier()
         return None
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise OutputExists(f"{out} already exists", fix="pass --overwrite to replace it, or choose another --out")
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    _refuse_existing(out, overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sweep_temporaries(out.parent)  # e.g. the half-saved checkpoint of a run killed with -9
+    tmp = temporary_path(out)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         if is_peft(model) and merge_lora:
@@ -57,6 +58,7 @@ def save_checkpoint(out: str | Path, *, model, tokenizer, config: UpdateConfig, 
             write_json_atomic(tmp / "manifest.json", manifest)
         if optim_state is not None and not (is_peft(model) and merge_lora):
             torch.save({"optimizer": optim_state, "lora": is_peft(model)}, tmp / OPTIMIZER_FILE)
+        _refuse_existing(out, overwrite)  # again: another process may have written it meanwhile
         if out.is_dir():
             shutil.rmtree(out)
         elif out.exists():
@@ -66,6 +68,11 @@ def save_checkpoint(out: str | Path, *, model, tokenizer, config: UpdateConfig, 
         shutil.rmtree(tmp, ignore_errors=True)
         distributed.barrier()
     return out
+
+
+def _refuse_existing(out: Path, overwrite: bool) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        raise OutputExists(f"{out} already exists", fix="pass --overwrite to replace it, or choose another --out")
 
 
 def read_info(folder: str | Path) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from cosearch_cli.errors import ConfigError
@@ -79,6 +80,12 @@ class UpdateConfig:
             raise ConfigError("tis-cap needs the trainer's old log-probs", fix="turn recompute-old-logprobs on")
         if self.parallel not in PARALLEL:
             raise ConfigError(f"unknown parallel mode {self.parallel!r}", fix=f"use one of {', '.join(PARALLEL)}")
+        numbers = {"lr": self.lr, "clip-low": self.clip_low, "clip-high": self.clip_high, "kl-coef": self.kl_coef,
+                   "max-grad-norm": self.max_grad_norm, "weight-decay": self.weight_decay, "eps": self.eps}
+        for name, value in numbers.items():
+            if not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, got {value}",
+                                  fix="see `cosearch update --help` for the allowed values")
         checks = [
             (self.lr > 0, "lr must be > 0"),
             (0 <= self.clip_low < 1, "clip-low must be in [0, 1)"),
