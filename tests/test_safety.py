@@ -27,8 +27,10 @@ from test_update_support import scored_record
 
 
 def one_line(result) -> str:
-    assert result.stderr.count("\n") == 1, result.stderr
-    return result.stderr
+    """The one error line (progress and info lines from other features may surround it; no traceback)."""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    return errors[0]
 
 
 def dead_pid() -> int:
