@@ -93,6 +93,15 @@ def test_second_train_on_a_running_run_folder_is_refused(tmp_path):
     assert result.exit_code == 8 and "runs/demo is being written by another cosearch process" in one_line(result)
 
 
+def test_second_update_into_a_checkpoint_being_written_is_refused(tmp_path):
+    scored = tmp_path / "s.jsonl"
+    scored.write_bytes(dumps(scored_record("q0")))
+    with output_lock(tmp_path / "ckpt"):  # before any model loads
+        result = run_cli("update", scored, "--model", "smollm2", "--out", tmp_path / "ckpt")
+    assert result.exit_code == 8 and "ckpt is being written by another cosearch process" in one_line(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.jsonl"]
+
+
 def test_lock_is_released_and_reusable():
     import tempfile
 

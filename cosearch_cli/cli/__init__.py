@@ -48,6 +48,9 @@ class _Group(TyperGroup):
         try:
             return self._invoke(ctx)
         finally:
+            from cosearch_cli.cli.common import release_held
+
+            release_held()
             if main_thread:
                 signal.signal(signal.SIGTERM, previous)
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Literal
 
-import click
 import typer
 from rich.console import Console
 
@@ -69,11 +69,18 @@ AllowPartial = Annotated[bool, typer.Option(
                             "default.")]
 
 
+_HELD = ExitStack()  # locks held until the running command ends (closed by the `cosearch` group)
+
+
 def hold_output_lock(target: str | Path) -> None:
     """Lock the output folder `target` (artifacts.output_lock) until the running command ends."""
     from cosearch_cli.artifacts import output_lock
 
-    click.get_current_context().with_resource(output_lock(target))
+    _HELD.enter_context(output_lock(target))
+
+
+def release_held() -> None:
+    _HELD.close()
 
 
 def progress(quiet: bool = False) -> Progress:
