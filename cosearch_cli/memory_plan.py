@@ -264,7 +264,7 @@ def refusal(plan: MemoryPlan, c) -> ConfigError:
         free = plan.gpu_bytes - others - trainer.activations
         if free > 0:
             need = -(-state // free)
-            fixes.append(f"or the Slurm recipe (examples/slurm/paper-7b.md): the update under torchrun FSDP over "
+            fixes.append(f"or the Slurm recipe (examples/slurm/paper-7b/): the update under torchrun FSDP over "
                          f"{max(need, 2)} GPUs")
     if trainer is not None and not c.grad_checkpointing:
         fixes.append("grad_checkpointing = true")

@@ -31,3 +31,9 @@ def test_train_with_vllm_reloads_the_engine_from_each_checkpoint(tmp_path, tiny_
     # the engines in memory are those of the newest checkpoints (or the initial model when nothing trained)
     assert set(runner._loaded) == {latest.agent, latest.ranker}
     assert all(type(engine).__name__ == "VLLMBackend" for engine in runner._loaded.values())
+
+
+def test_rollout_gpu_fraction_is_checked_before_anything_loads(cli, tmp_path):
+    result = cli("rollout", "--questions", "fixtures/train.jsonl", "--index", tmp_path / "none", "--backend",
+                 "vllm", "--gpu-fraction", "1.5")
+    assert result.exit_code == 4 and "--gpu-fraction 1.5" in result.stderr

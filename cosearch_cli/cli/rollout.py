@@ -98,6 +98,9 @@ def rollout(
         help="i/N: run only the i-th (0-based) of N round-robin slices of the questions (job arrays).")] = None,
     limit: Annotated[int | None, typer.Option(help="Run only the first L questions (after --shard).")] = None,
     device: Device = "auto",
+    gpu_fraction: Annotated[float | None, typer.Option(
+        help="vLLM only: share of the GPU each engine takes (gpu_memory_utilization; default vLLM's 0.9, or "
+             "0.45 each when agent and ranker are two models on one GPU).")] = None,
     dtype: Dtype = "float32",
     seed: Seed = 0,
     output: Output = "-",
@@ -117,6 +120,8 @@ def rollout(
     from cosearch_cli.rollout import run_rollouts
 
     preset = old_preset or preset
+    if gpu_fraction is not None and not 0 < gpu_fraction < 1:
+        raise ConfigError(f"--gpu-fraction {gpu_fraction} is not in (0, 1)", fix="e.g. --gpu-fraction 0.45")
     overrides = dict(n=n, max_turns=max_turns, top_n=top_n, k=k, max_new_tokens=max_new_tokens,
                      ranker_max_new_tokens=ranker_max_new_tokens, passage_tokens=passage_tokens,
                      question_chunk=question_chunk)
@@ -139,10 +144,14 @@ def rollout(
     opened.retriever(retriever, encoder=encoder)  # fails now (not mid-run) on a missing or mismatched index
     ranker_model = ranker_model or agent
     engine = engine_options(backend, device, dtype)
-    agent_backend = load_backend(agent, backend, **engine)
+    loading = dict(engine)
+    if backend == "vllm":
+        two_engines = ranker == "llm" and ranker_model != agent
+        loading["gpu_memory_utilization"] = gpu_fraction or (0.45 if two_engines else 0.9)
+    agent_backend = load_backend(agent, backend, **loading)
     ranker_backend = None
     if ranker == "llm":
-        ranker_backend = agent_backend if ranker_model == agent else load_backend(ranker_model, backend, **engine)
+        ranker_backend = agent_backend if ranker_model == agent else load_backend(ranker_model, backend, **loading)
     agent_c, ranker_c = constraint_factories(constrain, agent, agent_backend, ranker_backend, ranker_model)
     config = replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
 
