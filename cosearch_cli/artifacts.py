@@ -320,6 +320,7 @@ def _alive(pid: int) -> bool:
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """Write through a temporary beside `path` and rename; a failed or interrupted write leaves no temporary."""
+    check_output_file(path)
     path = Path(path)
     sweep_temporaries(path.parent)
     tmp = temporary_path(path)

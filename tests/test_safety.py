@@ -249,6 +249,22 @@ def test_checkpoint_save_sweeps_a_killed_runs_partial_checkpoint(tmp_path, tiny_
     assert [p.name for p in tmp_path.iterdir()] == ["agent"]
 
 
+def test_index_build_and_plot_sweep_what_killed_runs_left(tmp_path):
+    from test_evaluate import hand_run
+
+    dead = dead_pid()
+    (tmp_path / f".idx.tmp-{dead}").mkdir()
+    (tmp_path / f".idx.tmp-{dead}" / "passages.jsonl").write_text("half")
+    (tmp_path / f".p.png.tmp-{dead}").write_bytes(b"half a png")
+    corpus = passages(tmp_path / "c.jsonl")
+    assert run_cli("index", "build", "--corpus", corpus, "--out", tmp_path / "idx", "--quiet").exit_code == 0
+    assert not (tmp_path / f".idx.tmp-{dead}").exists()
+    run = tmp_path / "run.jsonl"
+    run.write_bytes(b"".join(orjson.dumps(asdict(r)) + b"\n" for r in hand_run()))
+    assert run_cli("evaluate", run, "--plot", tmp_path / "p.png", "--quiet").exit_code == 0
+    assert (tmp_path / "p.png").is_file() and [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+
+
 def _blocked_index_build(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     """`index build --corpus -` reading a stdin that stays open: it has made its temporary folder and waits."""
     out = tmp_path / "idx"
@@ -363,6 +379,17 @@ def test_output_naming_a_folder_is_a_usage_error(tmp_path):
     assert list((tmp_path / "dir").iterdir()) == []
 
 
+def test_summary_or_plot_naming_a_folder_is_a_usage_error(tmp_path):
+    from test_evaluate import hand_run
+
+    run = tmp_path / "run.jsonl"
+    run.write_bytes(b"".join(orjson.dumps(asdict(r)) + b"\n" for r in hand_run()))
+    (tmp_path / "dir").mkdir()
+    for option in ("-o", "--plot"):
+        result = run_cli("evaluate", run, option, tmp_path / "dir", "--quiet")
+        assert result.exit_code == 2 and "is a folder; -o names the file to write" in one_line(result)
+
+
 def test_group_to_parquet_round_trips(tmp_path):
     rollouts = tmp_path / "r.jsonl"
     rollouts.write_bytes(rollout_lines())
@@ -401,3 +428,5 @@ def test_a_folder_where_a_file_is_expected_says_so(tmp_path):
     assert result.exit_code == 3 and "is a folder, not a file" in one_line(result)
     result = run_cli("train", "--config", tmp_path)
     assert result.exit_code == 4 and "is a folder, not a config file" in one_line(result)
+    result = run_cli("rollout", "--questions", FIXTURES / "dev.jsonl", "--index", tmp_path, "--template", tmp_path)
+    assert result.exit_code == 3 and "is a folder, not a template file" in one_line(result)

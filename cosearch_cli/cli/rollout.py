@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from cosearch_cli.artifacts import Writer, make_manifest
+from cosearch_cli.artifacts import Writer, input_file, make_manifest
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import (FIXTURE_INDEX, FIXTURES, Device, Dtype, OldSizes, Output, Questions, Quiet,
                                      Seed, Sizes, Threads, fixture_default, progress, stderr, use_threads)
@@ -28,9 +28,7 @@ def read_template(path: str):
     """An AgentTemplate from an instruction file, checked by formatting it once."""
     from cosearch_cli.agent import AgentTemplate, render_instruction
 
-    file = Path(path)
-    if not file.is_file():
-        raise InputError("template file not found", path=path, fix="pass a text file with the agent's instruction")
+    file = input_file(path, "template file")
     template = AgentTemplate(instruction=file.read_text())
     try:
         render_instruction(template, "question?", 1)

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from cosearch_cli.artifacts import Writer, make_manifest, write_json_atomic
+from cosearch_cli.artifacts import Writer, make_manifest, sweep_temporaries, temporary_path, write_json_atomic
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import (Device, OldSizes, Overwrite, Quiet, Seed, Threads, progress, refuse_existing,
                                      stderr, use_threads)
@@ -106,7 +106,9 @@ def warmup(
                                                                     label=f"warm-up loss {loss:.3f}"))
 
     target = Path(out)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    sweep_temporaries(target.parent)  # e.g. a warm-up killed with -9 while saving
+    tmp = temporary_path(target)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         lm.save_pretrained(tmp)

@@ -241,9 +241,15 @@ def load_cached_embeddings(encoder_name: str, corpus_sha: str, count: int) -> np
 def save_cached_embeddings(encoder_name: str, corpus_sha: str, vectors: np.ndarray) -> Path:
     import os
 
+    from cosearch_cli.artifacts import sweep_temporaries, temporary_path
+
     path = embedding_cache_path(encoder_name, corpus_sha)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npy")
-    np.save(tmp, vectors.astype(np.float32))
-    os.replace(tmp, path)
+    sweep_temporaries(path.parent)
+    tmp = temporary_path(path, ".npy")
+    try:
+        np.save(tmp, vectors.astype(np.float32))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
