@@ -9,8 +9,9 @@ work finished since the last line, and one when a task ends:
 
 The time left is the remaining work at the average rate since the task started, not at the rate of the last
 few seconds: rollouts finish questions in bursts (a whole batch at once), and a recent-rate estimate then
-jumps to "1 s left" halfway through. A task can carry `live`, a callable read at every refresh that describes
-work below its unit (tokens generated so far), so a bar moves within seconds even when questions take minutes.
+jumps to "1 s left" halfway through. A task can carry `live`, read at every refresh, that describes work
+below its unit (trajectories finished, tokens generated so far), so a bar moves within seconds even when
+questions take minutes, and gives the share of work done in that finer unit, which then sets the rate.
 
 Stage functions stay free of printing: they take plain callbacks (`on_progress(done, total)`) and the CLI
 layer connects those to a `Progress`.
@@ -23,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, ProgressColumn, SpinnerColumn, TextColumn
@@ -59,6 +61,15 @@ def rate_text(per_second: float) -> str:
     return f"{per_second * 3600:.1f}/h"
 
 
+class Live(Protocol):
+    """Work below a task's unit, read at every refresh: a text for the line, and the share of the work done
+    (0..1, or None when unknown)."""
+
+    def text(self) -> str: ...
+
+    def share(self) -> float | None: ...
+
+
 @dataclass
 class Task:
     """One piece of work: `done` of `total` units (total None when unknown) since `started`."""
@@ -69,7 +80,7 @@ class Task:
     started: float
     done: float = 0
     ended: float | None = None
-    live: Callable[[], str] | None = None
+    live: Live | Callable[[], Live | str | None] | None = None
 
     def rate(self, now: float) -> float | None:
         """Units per second, averaged since the start."""
@@ -77,11 +88,22 @@ class Task:
         return self.done / elapsed if self.done > 0 and elapsed > 0 else None
 
     def remaining(self, now: float) -> float | None:
-        """Seconds left at the average rate since the start; None before the first unit is done."""
-        rate = self.rate(now)
-        if rate is None or self.total is None:
+        """Seconds left at the average rate since the start; None before any work is done. When `live` knows
+        the share of the work done in finer units (trajectories of questions in flight together), that share
+        sets the rate: elapsed x (1 - share) / share."""
+        if self.total is None:
             return None
-        return max(0.0, self.total - self.done) / rate
+        share = self._live().share() if hasattr(self._live(), "share") else None
+        if share is not None and self.done < self.total:
+            elapsed = (self.ended or now) - self.started
+            return elapsed * (1 - share) / share if share > 0 else None
+        rate = self.rate(now)
+        return max(0.0, self.total - self.done) / rate if rate is not None else None
+
+    def _live(self):
+        """The live object (or text) now: `live` itself, or what calling it returns."""
+        live = self.live
+        return live() if callable(live) and not hasattr(live, "text") else live
 
     def status(self, now: float) -> str:
         """Rate, elapsed and remaining time (what a bar shows beside itself)."""
@@ -94,7 +116,8 @@ class Task:
             left = self.remaining(now)
             parts.append(f"~{duration(left)} left" if left is not None else "time left unknown yet")
         text = ", ".join(parts)
-        live = self.live() if self.live is not None else ""
+        live = self._live()
+        live = live.text() if hasattr(live, "text") else live
         return f"{text}; {live}" if live else text
 
     def line(self, now: float) -> str:
@@ -188,7 +211,7 @@ class Progress:
     # -- tasks ----------------------------------------------------------------------------------------------
 
     def add(self, label: str, total: float | None = None, *, unit: str = "", done: float = 0,
-            live: Callable[[], str] | None = None) -> Task:
+            live: Live | Callable[[], Live | str | None] | None = None) -> Task:
         task = Task(label, total, unit, self.clock(), done=done, live=live)
         with self._lock:
             self.tasks.append(task)

@@ -188,22 +188,31 @@ class RolloutStats:
 
 
 
-def live_counter(stats: RolloutStats, backends: Iterable = ()) -> Callable[[], str]:
-    """Work below the question level, for progress bars: trajectories finished, tokens generated and prompt
-    tokens read since now (per forward pass where a backend counts them, as the transformers backend does;
-    else generated tokens per finished batch). Reading counts too: a ranker call reads ~480 tokens to write ~43."""
-    counters = list({id(b): b.counters for b in backends if b is not None and hasattr(b, "counters")}.values())
-    start = [sum(c.decode_rows for c in counters), sum(c.encoded_tokens for c in counters)]
+class LiveRollout:
+    """Work below the question level, for progress bars, read while a rollout runs: trajectories finished,
+    tokens generated and prompt tokens read since it was made (per forward pass where a backend counts them,
+    as the transformers backend does; else generated tokens per finished batch; reading counts too: a ranker
+    call reads ~480 tokens to write ~43)."""
 
-    def live() -> str:
-        finished = f"{stats.finished:,} trajectories finished"
-        if not counters:
-            return f"{finished}, {stats.agent_tokens + stats.ranker_tokens:,} tokens generated"
-        generated = sum(c.decode_rows for c in counters) - start[0]
-        read = sum(c.encoded_tokens for c in counters) - start[1]
+    def __init__(self, stats: RolloutStats, backends: Iterable = (), trajectories: int = 0):
+        self.stats = stats
+        self.trajectories = trajectories  # questions x G of this run
+        self.counters = list({id(b): b.counters for b in backends
+                              if b is not None and hasattr(b, "counters")}.values())
+        self.start = (sum(c.decode_rows for c in self.counters), sum(c.encoded_tokens for c in self.counters))
+
+    def text(self) -> str:
+        finished = f"{self.stats.finished:,} trajectories finished"
+        if not self.counters:
+            return f"{finished}, {self.stats.agent_tokens + self.stats.ranker_tokens:,} tokens generated"
+        generated = sum(c.decode_rows for c in self.counters) - self.start[0]
+        read = sum(c.encoded_tokens for c in self.counters) - self.start[1]
         return f"{finished}, {generated:,} tokens generated, {read:,} read"
 
-    return live
+    def share(self) -> float | None:
+        """Trajectories finished / all: a finer measure of work done than questions, whose trajectories all
+        run at once and finish together (the time left is then estimated from it)."""
+        return self.stats.finished / self.trajectories if self.trajectories else None
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -508,7 +508,7 @@ class Runner:
         self.paths = RunPaths(Path(config.out) / config.name)
         self.log = log
         self.on_rollout = on_rollout  # (done, total) per finished question, for progress bars
-        self.rollout_live: Callable[[], str] | None = None  # trajectories and tokens of the running rollout
+        self.rollout_live = None  # LiveRollout of the running rollout (trajectories, tokens), for progress bars
         self._index = None
         self._ref = None
         self._loaded: dict[str, object] = {}  # model path -> backend; checkpoint folders never change
@@ -555,12 +555,12 @@ class Runner:
 
     def stream(self, questions: Sequence[Question], models: Models, *, greedy: bool, seed: int,
                ranker: str | None = None) -> Iterator[RolloutRecord]:
-        from cosearch_cli.rollout import RolloutStats, live_counter, run_rollouts
+        from cosearch_cli.rollout import LiveRollout, RolloutStats, run_rollouts
 
         agent, ranker_backend = self._backends(models)
         rollout_config = self._rollout_config(agent, ranker_backend, greedy=greedy, seed=seed, ranker=ranker)
         stats = RolloutStats()
-        self.rollout_live = live_counter(stats, (agent, ranker_backend))
+        self.rollout_live = LiveRollout(stats, (agent, ranker_backend), len(questions) * rollout_config.n)
         if self.on_rollout:
             self.on_rollout(0, len(questions))
         for done, record in enumerate(run_rollouts(questions, agent=agent, ranker_backend=ranker_backend,

@@ -40,6 +40,29 @@ def test_time_left_is_the_average_rate_since_the_start():
     assert task.line(360.0) == "oracle half: 10/21 questions (48%), 1.7/min, 6:00 elapsed, ~6:36 left"
 
 
+class FakeLive:
+    def __init__(self, share):
+        self.value = share
+
+    def text(self) -> str:
+        return "25 trajectories finished"
+
+    def share(self):
+        return self.value
+
+
+def test_time_left_follows_finer_work_when_all_questions_run_at_once():
+    # Measured under load: 1 of 4 questions after 9:40 said "~29:01 left" while 25 of the 32 trajectories (all
+    # four questions in flight together) were finished. From trajectories: 580 s x 7 / 25 = 162 s.
+    task = Task("rollout", 4, "questions", started=0.0, done=1, live=FakeLive(25 / 32))
+    assert task.remaining(580.0) == pytest.approx(162.4)
+    assert task.line(580.0) == ("rollout: 1/4 questions (25%), 6.2/h, 9:40 elapsed, ~2:42 left; "
+                                "25 trajectories finished")
+    assert Task("rollout", 4, "questions", started=0.0, live=FakeLive(0.0)).remaining(60.0) is None
+    unknown = Task("rollout", 4, "questions", started=0.0, done=1, live=lambda: FakeLive(None))
+    assert unknown.remaining(580.0) == pytest.approx(3 * 580.0)  # no finer count: questions' average rate
+
+
 def test_nothing_done_yet_says_so_instead_of_guessing():
     task = Task("rollout", 8, "questions", started=100.0)
     assert task.remaining(130.0) is None

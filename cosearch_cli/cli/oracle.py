@@ -140,7 +140,7 @@ def oracle_command(
     """Run the same questions with the standard ranker(s) and with the oracle ranker (answer-bearing candidates
     promoted to the top K), same agent, settings and seeds; print single-hop / multi-hop / average F1 and the
     relative gap (the paper's Table 1), and write report.md + oracle.png into --out. Resumable."""
-    from cosearch_cli.rollout import RolloutStats, live_counter, run_rollouts
+    from cosearch_cli.rollout import LiveRollout, RolloutStats, run_rollouts
     from cosearch_cli.rollout import preset as rollout_preset
 
     preset = old_preset or preset
@@ -193,7 +193,8 @@ def oracle_command(
         with progress(quiet) as bar:
             # The rate and time left count only this run's questions: those finished before are not work done now.
             task = bar.add(f"{half} half", len(todo_questions), unit="questions",
-                           live=live_counter(stats, (models.agent(), ranker_backend)))
+                           live=LiveRollout(stats, (models.agent(), ranker_backend),
+                                            len(todo_questions) * half_config.n))
             if done_before:
                 bar.log(f"{half} half: {done_before} of {len(qs)} questions finished earlier, "
                         f"{len(todo_questions)} to go")

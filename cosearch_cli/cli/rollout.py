@@ -113,7 +113,7 @@ def rollout(
     questions on indexes/fixture (with --n 8 about 40 min on a 2-core CPU: --limit runs fewer).
     """
     from cosearch_cli.index import open_index
-    from cosearch_cli.rollout import RolloutStats, constraint_factories, live_counter, load_backend
+    from cosearch_cli.rollout import LiveRollout, RolloutStats, constraint_factories, load_backend
     from cosearch_cli.rollout import preset as make_preset
     from cosearch_cli.rollout import run_rollouts
 
@@ -159,7 +159,7 @@ def rollout(
     stats = RolloutStats()
     with Writer(output) as writer, progress(quiet) as bar:
         task = bar.add("rollout", len(todo), unit="questions",
-                       live=live_counter(stats, (agent_backend, ranker_backend)))
+                       live=LiveRollout(stats, (agent_backend, ranker_backend), len(todo) * config.n))
         for record in run_rollouts(todo, agent=agent_backend, ranker_backend=ranker_backend, index=opened,
                                    config=config, stats=stats):
             writer.write(record)

@@ -25,7 +25,7 @@ def _runner(config: training.TrainConfig, bar) -> training.Runner:
         if current:
             bar.finish(current.pop())
         bar.log(message)
-        current.append(bar.add(message, live=lambda: runner.rollout_live() if runner.rollout_live else ""))
+        current.append(bar.add(message, live=lambda: runner.rollout_live))
 
     def on_rollout(done: int, total: int) -> None:
         if current:
