@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from cosearch_cli.errors import ConfigError
 from cosearch_cli.generation.base import GenerationBackend, GenerationRequest, SamplingSettings
@@ -54,6 +54,11 @@ class RewardConfig:
     evidence_weight: float = 0.0  # weight of the R-Search evidence F1 in the agent reward (0 = off)
 
     def check(self) -> "RewardConfig":
+        for f in fields(self):  # NaN passes every comparison below
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}",
+                                  fix="see `cosearch reward --help` for the allowed values")
         if self.rel not in REL_KINDS:
             raise ConfigError(f"unknown --rel {self.rel!r}", fix=f"choose one of {', '.join(REL_KINDS)}")
         if self.main not in MAIN_KINDS:

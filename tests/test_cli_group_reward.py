@@ -142,15 +142,16 @@ def test_bad_input_is_one_line_naming_the_line_and_nothing_is_written(tmp_path, 
     assert piped.exit_code == 3 and piped.stdout == ""
 
 
-def test_empty_input_is_bad_input_in_every_stage(tmp_path):
+def test_empty_input_is_bad_input_in_every_stage(tmp_path, fixture_bm25):
     """Empty input is exit 3 everywhere (it was 7 in group/reward/update, 3 in evaluate/rollout)."""
     empty = write(tmp_path / "empty.jsonl", [])
     for args in (["group", empty], ["reward", empty], ["evaluate", empty],
                  ["update", empty, "--out", tmp_path / "ckpt", "--model", "smollm2"],
-                 ["rollout", "--questions", empty, "--index", tmp_path / "no-index"]):
+                 ["rollout", "--questions", empty, "--index", tmp_path / "no-index"],
+                 ["search", "--queries", empty, "--index", fixture_bm25.folder]):
         result = run_cli(*args)
         assert result.exit_code == 3, (args[0], result.stderr)
-        assert "no rollout records" in result.stderr or "no questions" in result.stderr
+        assert any(f"no {what}" in result.stderr for what in ("rollout records", "questions", "queries"))
 
 
 def test_impossible_options_are_config_errors(tmp_path):

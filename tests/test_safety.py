@@ -154,6 +154,14 @@ def test_non_finite_update_options_are_refused(tmp_path, args):
     assert result.exit_code == 4 and "must be a finite number" in one_line(result)
 
 
+@pytest.mark.parametrize("args", [["--gamma", "nan"], ["--format-penalty", "inf"], ["--eps", "nan"]])
+def test_non_finite_reward_options_are_refused(tmp_path, args):
+    grouped = tmp_path / "g.jsonl"
+    grouped.write_bytes(dumps(scored_record("q0")))
+    result = run_cli("reward", grouped, *args)
+    assert result.exit_code == 4 and ("must be a finite number" in one_line(result) or "--eps" in one_line(result))
+
+
 def test_nan_temperature_is_refused_by_rollout(tmp_path):
     result = run_cli("rollout", "--questions", FIXTURES / "dev.jsonl", "--index", tmp_path, "--temperature", "nan")
     assert result.exit_code == 4 and "temperature must be a positive finite number" in one_line(result)

@@ -150,7 +150,7 @@ def reward(
         invalid_penalty_only=invalid_penalty_only, evidence_weight=evidence_weight)
     if config.evidence_weight > 0 and not verifier:
         raise ConfigError("--evidence-weight needs a --verifier model", fix="pass e.g. --verifier smollm2")
-    if eps < 0:
+    if not eps >= 0:  # also NaN
         raise ConfigError(f"--eps must be >= 0, got {eps}", fix="the default is 1e-6")
     verifier_backend = _load_verifier(verifier) if config.evidence_weight > 0 else None
     # Batch scaling needs every reward before the first advantage, so it holds the whole input; the other

@@ -9,7 +9,7 @@ import typer
 from cosearch_cli.artifacts import Reader, Writer, make_manifest
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import Output, Quiet, progress
-from cosearch_cli.errors import ConfigError, RecordError
+from cosearch_cli.errors import ConfigError, InputError, RecordError
 from cosearch_cli.index import open_index
 
 _BATCH = 256
@@ -59,6 +59,8 @@ def search(
         if batch:
             _flush(batch, engine, opened.docs, k, text, writer)
             bar.advance(task, len(batch))
+        if not writer.count:
+            raise InputError("no queries in the input", path=queries, fix="pass a JSONL file with one question a line")
         writer.manifest = make_manifest("search", options, inputs=reader.hashes, upstream=reader.upstream)
 
 
