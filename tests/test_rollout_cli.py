@@ -184,3 +184,22 @@ def test_questions_repeat_and_take_globs(cli, index_dir, tiny_dir, questions_fil
                  "none", "--quiet")
     assert result.exit_code == 0, result.stderr
     assert len(result.stdout.splitlines()) == 4 + 1 + 1  # the glob's 4 questions, the other file's 1, manifest
+
+
+def test_design_card_pipe_after_a_failed_rollout_says_the_stream_was_cut(tmp_path):
+    # Before: `group` answered a failed rollout with a second, misleading error ("the input holds no rollout
+    # records"). The readers (issue 16) refuse a piped input that ended without its manifest line.
+    import subprocess
+    import sys
+
+    python = f"{sys.executable} -m cosearch_cli"
+    result = subprocess.run(f"{python} rollout --questions {tmp_path / 'missing.jsonl'} --n 8 --quiet "
+                            f"| {python} group --kmin 3", shell=True, capture_output=True, text=True,
+                            cwd=FIXTURES.parent)
+    assert result.returncode == 3
+    lines = sorted(result.stderr.strip().splitlines())  # two processes: either may write first
+    assert len(lines) == 2 and lines[0] == (f"error: {tmp_path / 'missing.jsonl'}: file not found - check the "
+                                            "path, or use - for stdin")
+    assert lines[1].startswith("error: <stdin>: the input stream ended without a manifest line: the upstream "
+                               "stage failed"), lines
+    assert "no rollout records" not in result.stderr
