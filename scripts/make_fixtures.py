@@ -1,7 +1,8 @@
 """Cut the bundled fixture slice out of ../shared/data (run once by a maintainer; the result is committed).
 
 Per dataset: 24 questions chosen by sha1 of their id (answerable from the corpus where the data says so),
-16 for training and 8 for evaluation; the corpus is every passage those questions point at (benchmark context
+two thirds for training and one third for evaluation (16 and 8; Bamboogle, with 13 supported questions,
+8 and 5), so every dataset is in both splits; the corpus is every passage those questions point at (benchmark context
 paragraphs, retrieved passages, a few answer-bearing passages) plus 300 random wiki-18 distractors.
 Usage: python scripts/make_fixtures.py [../shared/data] [fixtures]
 """
@@ -40,11 +41,13 @@ def main(data: Path, out: Path) -> None:
     for name in DATASETS:
         questions = sorted(read_jsonl(data / "dev" / f"{name}.jsonl"), key=lambda q: sha(q["id"]))
         chosen = [q for q in questions if supported(q)][:PER_DATASET]
+        n_train = len(chosen) * TRAIN_PER_DATASET // PER_DATASET  # a short dataset keeps the same shares
         for i, q in enumerate(chosen):
             ids = q.get("context_passage_ids") or q.get("gold_passage_ids") or []
             ids = ids + q.get("retrieved_passage_ids", []) + q.get("answer_passage_ids", [])[:3]
             wanted.update(ids)
-            (train if i < TRAIN_PER_DATASET else dev).append(q)
+            (train if i < n_train else dev).append(q)
+    assert {q["dataset"] for q in dev} == set(DATASETS), "every dataset must be in the dev split"
     distractors = sorted((pid for pid in corpus if pid.startswith("wiki18-sample") and pid not in wanted),
                          key=sha)[:DISTRACTORS]
     wanted.update(distractors)

@@ -109,7 +109,7 @@ def rollout(
 
     Streams one JSON line per finished question (its G trajectories with token ids, loss mask and log-probs,
     and every ranker call) to stdout or -o, then the manifest (last line on stdout, a sidecar for a file).
-    Pipe it into `cosearch group`. Without --questions and --index it runs the fixture's 109 training
+    Pipe it into `cosearch group`. Without --questions and --index it runs the fixture's 104 training
     questions on indexes/fixture (with --n 8 about 40 min on a 2-core CPU: --limit runs fewer).
     """
     from cosearch_cli.index import open_index
