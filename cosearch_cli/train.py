@@ -690,7 +690,9 @@ class Runner:
 
             distributed.init_local_group()  # FSDP (CPU offload) on a process group of this one process
         # the trainer's weights stay fp32 (master weights); bf16 is the compute dtype (update/precision.py)
-        model, tokenizer = load_causal_lm(model_path, device=self.device)
+        # with CPU offload FSDP moves each layer's shards to the CPU itself: loading on the GPU first would need
+        # the whole fp32 model there at once
+        model, tokenizer = load_causal_lm(model_path, device="cpu" if c.offload else self.device)
         optimizer_state = None
         if (Path(model_path) / "optimizer.pt").is_file():
             optimizer_state = load_optimizer_state(model_path)

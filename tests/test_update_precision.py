@@ -9,6 +9,7 @@ import orjson
 import pytest
 import torch
 
+from cosearch_cli.errors import ConfigError
 from cosearch_cli.update import UpdateConfig, run_update
 from cosearch_cli.update.old_logprobs import (engine_differs, gap_terms, recompute, resolve, rollout_engine,
                                               tis_weights)
@@ -134,6 +135,9 @@ def test_fsdp_on_one_process_gives_the_single_process_update(setup):
     distributed.init_local_group()
     try:
         sharded_model, sharded = _update(model, records, parallel="fsdp")
+        if not torch.cuda.is_available():
+            with pytest.raises(ConfigError, match="CPU offload needs a GPU"):
+                _update(model, records, parallel="fsdp", offload=True)
     finally:
         torch.distributed.destroy_process_group()
     assert sharded["loss"] == pytest.approx(plain["loss"], rel=1e-5)

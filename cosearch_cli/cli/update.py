@@ -124,7 +124,7 @@ def update(
     info = read_info(policy_name) if Path(policy_name).is_dir() else {}
     if device == "auto":
         device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
-    policy, tokenizer = _load_policy(policy_name, config, device)
+    policy, tokenizer = _load_policy(policy_name, config, "cpu" if offload else device)  # FSDP places shards
     ref_name = ref or info.get("ref") or policy_name
     ref_model = _load_reference(ref_name, device, dtype) if config.kl_coef > 0 else None
     optimizer_state = load_optimizer_state(resume) if resume else None

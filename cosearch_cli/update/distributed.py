@@ -15,6 +15,17 @@ import torch
 import torch.distributed as dist
 
 _FSDP_DONE: "weakref.WeakSet" = weakref.WeakSet()
+_OFFLOADED: "weakref.WeakSet" = weakref.WeakSet()  # sharded with CPU offload: parameters on the CPU, compute on GPU
+
+
+def compute_device(module) -> torch.device:
+    """Where a forward pass's inputs must go: the parameters' device, except for a model sharded with CPU
+    offload, whose parameters live on the CPU but compute on this process's GPU. Sees through wrappers
+    (DDP, the bf16 autocast wrapper) via their `.module`."""
+    inner = getattr(module, "module", module)
+    if module in _OFFLOADED or inner in _OFFLOADED:
+        return torch.device("cuda", torch.cuda.current_device())
+    return next(module.parameters()).device
 
 
 def init_from_env() -> None:
@@ -101,6 +112,10 @@ def shard_fsdp(model, *, dtype: str = "float32", offload: bool = False):
         return model
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
+    if offload and not torch.cuda.is_available():
+        from cosearch_cli.errors import ConfigError
+
+        raise ConfigError("CPU offload needs a GPU to compute on", fix="drop --offload (offload = false) on a CPU")
     options = {"offload_policy": CPUOffloadPolicy() if offload else OffloadPolicy()}
     if dtype != "float32":
         options["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, dtype), reduce_dtype=torch.float32)
@@ -109,6 +124,8 @@ def shard_fsdp(model, *, dtype: str = "float32", offload: bool = False):
         fully_shard(layer, **options)
     fully_shard(model, **options)
     _FSDP_DONE.add(model)
+    if offload:
+        _OFFLOADED.add(model)
     return model
 
 

@@ -39,7 +39,7 @@ def recompute(policy, batches: list[MicroBatch], *, tis_cap: float = 0.0) -> dic
     """Replace every micro-batch's old log-probs by the trainer's (and scale its advantages by the TIS weight
     when `tis_cap` > 0); returns the gap metrics over all processes' trained tokens."""
     sums = torch.zeros(5, dtype=torch.float64)  # |d|, k3, tokens, weight, capped
-    device = next(policy.parameters()).device
+    device = distributed.compute_device(policy)
     with torch.no_grad():
         for mb in batches:
             trainer, _ = token_logprobs(policy, mb.to(device))

@@ -31,7 +31,9 @@ class Autocast:
         self.dtype = dtype
 
     def __call__(self, *args, **kwargs):
-        device = next(self.module.parameters()).device
+        from cosearch_cli.update.distributed import compute_device
+
+        device = compute_device(self.module)
         with compute_context(device, self.dtype):
             return self.module(*args, **kwargs)
 

@@ -67,7 +67,7 @@ def accumulate_gradients(policy, ref_model, batches: list[MicroBatch], config: U
     aggregate = LOSS_AGG[config.loss_agg]
     world = distributed.rank_world()[1]
     sums = torch.zeros(len(_SUMS), dtype=torch.float64)
-    device = next(policy.parameters()).device
+    device = distributed.compute_device(policy)
     for i, mb in enumerate(batches):
         mb = mb.to(device)
         with distributed.grad_sync(policy, sync=i == len(batches) - 1):
@@ -99,7 +99,7 @@ def batch_kl(policy, batches: list[MicroBatch], before: list[torch.Tensor]) -> f
     """KL(new || old) per trained token of the batch, from its sampled tokens: with r = p_new / p_old at each
     token (drawn from the old policy), E_old[r log r - (r - 1)] = KL(new || old), and each term is >= 0."""
     sums = torch.zeros(2, dtype=torch.float64)
-    device = next(policy.parameters()).device
+    device = distributed.compute_device(policy)
     with torch.no_grad():
         for mb, old in zip(batches, before):
             new, _ = token_logprobs(policy, mb.to(device))
@@ -119,7 +119,7 @@ class HeldoutKL:
         self.before = self._logprobs(policy)
 
     def _logprobs(self, policy) -> list[torch.Tensor]:
-        device = next(policy.parameters()).device
+        device = distributed.compute_device(policy)
         with torch.no_grad():
             return [distribution_logprobs(policy, mb.to(device)) for mb in self.batches]
 
