@@ -142,6 +142,7 @@ class RolePlan:
     host: int = 0  # bytes moved to CPU memory (FSDP offload)
     note: str = ""
     problem: str = ""  # why this role cannot run as configured, whatever the total
+    gpu_index: int = 0  # which GPU of the process it is placed on (placement)
 
     @property
     def gpu(self) -> int:
@@ -150,36 +151,47 @@ class RolePlan:
 
 @dataclass
 class MemoryPlan:
-    gpu_bytes: int  # memory of the one GPU the roles share
+    gpu_bytes: int  # memory of one GPU
     gpus: int
     roles: list[RolePlan] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def used(self, gpu_index: int) -> int:
+        return sum(r.gpu for r in self.roles if r.gpu_index == gpu_index)
+
+    @property
+    def busiest(self) -> int:
+        """The GPU with the most planned bytes."""
+        return max({r.gpu_index for r in self.roles} or {0}, key=self.used)
+
     @property
     def total(self) -> int:
-        return sum(r.gpu for r in self.roles)
+        """Bytes planned on the busiest GPU (what must fit)."""
+        return self.used(self.busiest)
 
     @property
     def fits(self) -> bool:
         return self.total <= self.gpu_bytes and not any(r.problem for r in self.roles)
 
     def to_dict(self) -> dict:
+        per_gpu = {str(i): _gib(self.used(i)) for i in sorted({r.gpu_index for r in self.roles})}
         return {"gpu_gib": _gib(self.gpu_bytes), "gpus": self.gpus, "total_gib": _gib(self.total),
-                "fits": self.fits, "notes": self.notes,
+                "per_gpu_gib": per_gpu, "fits": self.fits, "notes": self.notes,
                 "roles": [{**asdict(r), "gpu_gib": _gib(r.gpu), **{f"{k}_gib": _gib(getattr(r, k)) for k in
                                                                     ("weights", "optimizer", "activations", "host")}}
                           for r in self.roles]}
 
     def lines(self) -> list[str]:
-        out = [f"memory plan: {len(self.roles)} role(s) on one GPU of {_gib(self.gpu_bytes)} GiB "
+        out = [f"memory plan: {len(self.roles)} role(s) on GPUs of {_gib(self.gpu_bytes)} GiB "
                f"({self.gpus} GPU(s) given)"]
         for r in self.roles:
-            out.append(f"  {r.role:<8} {r.model:<28} {r.params / 1e9:6.2f} B params: weights {_gib(r.weights)} + "
+            out.append(f"  cuda:{r.gpu_index} {r.role:<8} {r.model:<28} {r.params / 1e9:6.2f} B params: weights {_gib(r.weights)} + "
                        f"grads/optimizer {_gib(r.optimizer)} + activations/KV {_gib(r.activations)} = "
                        f"{_gib(r.gpu)} GiB" + (f" (+{_gib(r.host)} GiB host)" if r.host else "")
                        + (f"  [{r.note}]" if r.note else "") + (f"  PROBLEM: {r.problem}" if r.problem else ""))
-        out.append(f"  total    {_gib(self.total)} GiB of {_gib(self.gpu_bytes)} GiB: "
-                   + ("fits" if self.fits else "DOES NOT FIT"))
+        for i in sorted({r.gpu_index for r in self.roles}):
+            out.append(f"  cuda:{i} total {_gib(self.used(i))} GiB of {_gib(self.gpu_bytes)} GiB")
+        out.append("  the plan " + ("fits" if self.fits else "DOES NOT FIT"))
         out += [f"  note: {n}" for n in self.notes]
         return out
 
@@ -228,8 +240,9 @@ def trainer_plan(shape: ModelShape, c, *, world: int, tokens: int) -> RolePlan:
 
 
 def plan_training(c, *, gpus: int, gpu_bytes: int, world: int = 1) -> MemoryPlan:
-    """The plan of `cosearch train` (config `c`, a TrainConfig): every role on the one GPU it uses; at the
-    update the engines stay loaded, so the peak is their sum."""
+    """The plan of `cosearch train` (config `c`, a TrainConfig). Placement `shared`: every role on one GPU;
+    `split`: the engines on the first GPU, reference and trainer on the second. The engines stay loaded during
+    the update, so a GPU's peak is the sum of its roles."""
     plan = MemoryPlan(gpu_bytes=gpu_bytes, gpus=gpus)
     agent = model_shape(c.agent)
     rows = c.n * c.question_chunk
@@ -249,6 +262,11 @@ def plan_training(c, *, gpus: int, gpu_bytes: int, world: int = 1) -> MemoryPlan
         if longest > c.token_budget:
             plan.notes.append(f"a sequence can reach {longest} tokens, above token_budget {c.token_budget}: such "
                               "a sequence is a micro-batch of its own, so the plan counts that many tokens")
+    if c.placement == "split":
+        for role in plan.roles:
+            role.gpu_index = 1 if role.role in ("ref", "trainer") else 0
+        if gpus < 2:
+            plan.roles[-1].problem = f"placement 'split' needs 2 GPUs, {gpus} given: set placement = 'shared'"
     return plan
 
 
@@ -275,9 +293,11 @@ def refusal(plan: MemoryPlan, c) -> ConfigError:
         fixes.append("smaller agent_gpu_fraction / ranker_gpu_fraction")
     else:
         fixes.append("backend = 'vllm' (a paged KV cache) or a smaller question_chunk")
-    parts = ", ".join(f"{r.role} {_gib(r.gpu)}" for r in plan.roles)
+    if c.placement == "shared" and plan.gpus > 1:
+        fixes.append("placement = 'split' (engines on one GPU, reference and trainer on another)")
+    parts = ", ".join(f"{r.role} {_gib(r.gpu)}" for r in plan.roles if r.gpu_index == plan.busiest)
     problems = [r.problem for r in plan.roles if r.problem]
     if problems and plan.total <= plan.gpu_bytes:
         return ConfigError(problems[0], fix="raise that engine's fraction, keeping the total within the GPU")
-    return ConfigError(f"the run needs {_gib(plan.total)} GiB on one GPU ({parts}) but has {_gib(plan.gpu_bytes)} "
-                       "GiB", fix="; ".join(fixes))
+    return ConfigError(f"the run needs {_gib(plan.total)} GiB on cuda:{plan.busiest} ({parts}) but a GPU has "
+                       f"{_gib(plan.gpu_bytes)} GiB", fix="; ".join(fixes))

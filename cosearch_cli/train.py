@@ -157,6 +157,9 @@ class TrainConfig:
     offload: bool = False
     """Shard the trainer with FSDP (one process) and keep its fp32 weights, gradients and AdamW state in host
     memory; the GPU holds one gathered layer at a time (needs CUDA)."""
+    placement: str = "shared"
+    """Where the roles go on GPUs: shared (agent and ranker engines, reference and trainer on one GPU) or split
+    (engines on cuda:0, reference and trainer on cuda:1; needs 2 GPUs)."""
     agent_gpu_fraction: float = 0.3
     """vLLM gpu_memory_utilization of the agent engine (its weights and KV cache live inside it)."""
     ranker_gpu_fraction: float = 0.3
@@ -224,6 +227,8 @@ class TrainConfig:
             problems.append(("backend", f"must be hf or vllm, not {self.backend!r}"))
         if not (0 < self.agent_gpu_fraction < 1 and 0 < self.ranker_gpu_fraction < 1):
             problems.append(("agent_gpu_fraction/ranker_gpu_fraction", "must be in (0, 1)"))
+        if self.placement not in ("shared", "split"):
+            problems.append(("placement", f"must be shared or split, not {self.placement!r}"))
         if self.recompute_logprobs not in ("auto", "on", "off"):
             problems.append(("recompute_logprobs", f"must be auto, on or off, not {self.recompute_logprobs!r}"))
         if self.tis_cap and (self.tis_cap < 1 or self.recompute_logprobs == "off"):
@@ -595,7 +600,7 @@ class Runner:
         checkpoint is a new path, so after an update the engine is loaded again from the saved folder (the
         old one is dropped first, which frees a vLLM engine's memory once it is garbage-collected)."""
         c = self.config
-        options = {"device": self.device, "dtype": c.dtype}
+        options = {"device": self.engine_device, "dtype": c.dtype}
         if c.backend == "vllm":
             fraction = c.agent_gpu_fraction if path == models.agent else c.ranker_gpu_fraction
             options = {"dtype": c.dtype, "gpu_memory_utilization": fraction}
@@ -606,6 +611,16 @@ class Runner:
         from cosearch_cli.models import resolve_device
 
         return resolve_device(self.config.device)
+
+    @property
+    def engine_device(self) -> str:
+        """Where the hf engines run (vLLM places itself on the first visible GPU)."""
+        return "cuda:0" if self.config.placement == "split" else self.device
+
+    @property
+    def trainer_device(self) -> str:
+        """Where the reference and the trainer run."""
+        return "cuda:1" if self.config.placement == "split" else self.device
 
     def _rollout_config(self, agent, ranker_backend, *, greedy: bool, seed: int, ranker: str | None = None):
         from cosearch_cli.rollout import constraint_factories
@@ -684,15 +699,19 @@ class Runner:
         from cosearch_cli.update import load_optimizer_state, run_update, save_checkpoint
 
         c = self.config
-        update_config = update_settings(c, iteration, self.device)
+        update_config = update_settings(c, iteration, self.trainer_device)
         if c.offload:
             from cosearch_cli.update import distributed
 
+            if self.trainer_device.startswith("cuda:"):  # FSDP computes on the current GPU
+                import torch
+
+                torch.cuda.set_device(self.trainer_device)
             distributed.init_local_group()  # FSDP (CPU offload) on a process group of this one process
         # the trainer's weights stay fp32 (master weights); bf16 is the compute dtype (update/precision.py)
         # with CPU offload FSDP moves each layer's shards to the CPU itself: loading on the GPU first would need
         # the whole fp32 model there at once
-        model, tokenizer = load_causal_lm(model_path, device="cpu" if c.offload else self.device)
+        model, tokenizer = load_causal_lm(model_path, device="cpu" if c.offload else self.trainer_device)
         optimizer_state = None
         if (Path(model_path) / "optimizer.pt").is_file():
             optimizer_state = load_optimizer_state(model_path)
@@ -742,7 +761,7 @@ class Runner:
         start = current_models(self.paths, self.config, 0)
         name = start.agent if role == "agent" else start.ranker
         if self._ref is None or self._ref[0] != name:
-            self._ref = (name, load_causal_lm(name, device=self.device, dtype=self.config.dtype)[0])
+            self._ref = (name, load_causal_lm(name, device=self.trainer_device, dtype=self.config.dtype)[0])
         return self._ref[1]
 
     # -- warm-up ----------------------------------------------------------------------------------------

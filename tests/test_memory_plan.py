@@ -64,7 +64,7 @@ def test_paper_7b_fits_one_80_gib_gpu_and_float32_is_refused_with_numbers_and_a_
     plan = plan_training(config, gpus=1, gpu_bytes=80 * GIB)
     assert not plan.fits
     error = refusal(plan, config)
-    assert "on one GPU" in error.message and "80.0 GiB" in error.message
+    assert "on cuda:0" in error.message and "80.0 GiB" in error.message
     assert "offload = true" in error.fix and "torchrun FSDP over" in error.fix
 
 
@@ -93,3 +93,24 @@ def test_cpu_run_has_no_plan_and_a_missing_gpu_is_refused():
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="sees no GPU"):
             check_memory(TrainConfig(device="cuda"))
+
+
+def test_split_placement_puts_engines_and_trainer_on_two_gpus():
+    shared = plan_training(load_config(preset="paper-7b"), gpus=2, gpu_bytes=80 * GIB)
+    split = plan_training(load_config(preset="paper-7b", placement="split"), gpus=2, gpu_bytes=80 * GIB)
+    assert {r.gpu_index for r in shared.roles} == {0}
+    assert [(r.role, r.gpu_index) for r in split.roles] == [("agent", 0), ("ranker", 0), ("ref", 1), ("trainer", 1)]
+    # the busiest GPU of the split plan holds the two engines only: 2 x int(0.3 x 80 GiB)
+    assert split.total == 2 * int(0.3 * 80 * GIB) and split.used(1) == shared.total - split.total
+    assert split.to_dict()["per_gpu_gib"] == {"0": 48.0, "1": round(split.used(1) / GIB, 2)}
+    one_gpu = plan_training(load_config(preset="paper-7b", placement="split"), gpus=1, gpu_bytes=80 * GIB)
+    assert not one_gpu.fits and "needs 2 GPUs" in refusal(one_gpu, load_config(preset="paper-7b")).message
+
+
+def test_split_placement_sends_reference_and_trainer_to_the_second_gpu():
+    from cosearch_cli.train import Runner
+
+    runner = Runner(TrainConfig(device="cuda", placement="split"))
+    assert (runner.engine_device, runner.trainer_device) == ("cuda:0", "cuda:1")
+    shared = Runner(TrainConfig(device="cpu"))
+    assert (shared.engine_device, shared.trainer_device) == ("cpu", "cpu")
