@@ -88,17 +88,22 @@ class Task:
         return self.done / elapsed if self.done > 0 and elapsed > 0 else None
 
     def remaining(self, now: float) -> float | None:
-        """Seconds left at the average rate since the start; None before any work is done. When `live` knows
-        the share of the work done in finer units (trajectories of questions in flight together), that share
-        sets the rate: elapsed x (1 - share) / share."""
+        """Seconds left at the average rate since the start; None before any work is done. When `live` also
+        knows the share of the work done in a finer unit (trajectories, when all questions are in flight
+        together), that gives a second estimate, elapsed x (1 - share) / share, and the longer one is shown:
+        trajectories that finish last are the long ones (more searches), so the finer estimate alone runs
+        short (measured: 2:42 left at 25 of 32 trajectories, 17 min in fact; by questions 29 min)."""
         if self.total is None:
             return None
-        share = self._live().share() if hasattr(self._live(), "share") else None
-        if share is not None and self.done < self.total:
-            elapsed = (self.ended or now) - self.started
-            return elapsed * (1 - share) / share if share > 0 else None
+        estimates = []
         rate = self.rate(now)
-        return max(0.0, self.total - self.done) / rate if rate is not None else None
+        if rate is not None:
+            estimates.append(max(0.0, self.total - self.done) / rate)
+        live = self._live()
+        share = live.share() if hasattr(live, "share") else None
+        if share and self.done < self.total:
+            estimates.append(((self.ended or now) - self.started) * (1 - share) / share)
+        return max(estimates) if estimates else None
 
     def _live(self):
         """The live object (or text) now: `live` itself, or what calling it returns."""

@@ -51,13 +51,17 @@ class FakeLive:
         return self.value
 
 
-def test_time_left_follows_finer_work_when_all_questions_run_at_once():
-    # Measured under load: 1 of 4 questions after 9:40 said "~29:01 left" while 25 of the 32 trajectories (all
-    # four questions in flight together) were finished. From trajectories: 580 s x 7 / 25 = 162 s.
-    task = Task("rollout", 4, "questions", started=0.0, done=1, live=FakeLive(25 / 32))
-    assert task.remaining(580.0) == pytest.approx(162.4)
-    assert task.line(580.0) == ("rollout: 1/4 questions (25%), 6.2/h, 9:40 elapsed, ~2:42 left; "
+def test_time_left_uses_finer_work_when_no_question_has_finished_and_the_longer_estimate_after():
+    # All four questions in flight together: no question done after 9:00, but 25 of 32 trajectories are.
+    # From trajectories: 540 s x 7 / 25 = 151.2 s.
+    task = Task("rollout", 4, "questions", started=0.0, done=0, live=FakeLive(25 / 32))
+    assert task.remaining(540.0) == pytest.approx(151.2)
+    assert task.line(540.0) == ("rollout: 0/4 questions (0%), 9:00 elapsed, ~2:31 left; "
                                 "25 trajectories finished")
+    # Measured: at 1 of 4 questions (9:40) the rest took 17 min: by questions 3 x 580 s = 29:00, by
+    # trajectories 2:42; the longer one is shown (the last trajectories are the long ones).
+    task.done = 1
+    assert task.remaining(580.0) == pytest.approx(1740.0)
     assert Task("rollout", 4, "questions", started=0.0, live=FakeLive(0.0)).remaining(60.0) is None
     unknown = Task("rollout", 4, "questions", started=0.0, done=1, live=lambda: FakeLive(None))
     assert unknown.remaining(580.0) == pytest.approx(3 * 580.0)  # no finer count: questions' average rate
