@@ -9,7 +9,7 @@ from cosearch_cli import oracle
 # The demo's measured wall time, stated once: `cosearch demo --help`, the demo's first line and the README all
 # show this string (tests/test_docs.py checks the README). Re-measure with `/usr/bin/time -v .venv/bin/cosearch
 # demo` from a clean clone and change it here and in the README together.
-DEMO_TIME = "4 min 02 s on a 2-core x86-64 CPU without GPU, load ~0.1, peak RSS 5.0 GB (2026-12-03)"
+DEMO_TIME = "4 min 02 s from a clean clone on a 2-core x86-64 CPU without GPU, peak RSS 5.0 GB (2026-12-03, load not recorded)"
 from cosearch_cli.train import (Runner, TrainConfig, current_models, eval_questions, read_questions,
                                 read_records)
 
