@@ -46,7 +46,10 @@ def generated_tokens(path: Path) -> int:
     return total
 
 
-def run_config(name: str, shards: int, threads: int, questions: int, n: int, index: str, work: Path) -> dict:
+def run_config(name: str, shards: int, threads: int, questions: int, n: int, index: str, work: Path,
+               timeout: float | None = None, same_work_tokens: int | None = None) -> dict:
+    """Run one configuration; past `timeout` seconds its processes are stopped and its rate is reported as
+    below `same_work_tokens` / timeout (every configuration generates the same tokens)."""
     before = uptime()
     per_shard = -(-questions // shards)
     procs, outputs = [], []
@@ -61,14 +64,23 @@ def run_config(name: str, shards: int, threads: int, questions: int, n: int, ind
             command += ["--shard", f"{i}/{shards}"]
         env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK")}
         procs.append(subprocess.Popen(command, env=env, cwd=ROOT))
-    codes = [p.wait() for p in procs]
+    row = {"config": name, "processes": shards, "threads_each": threads, "questions": per_shard * shards}
+    try:
+        codes = [p.wait(timeout=None if timeout is None else max(1.0, started + timeout - time.perf_counter()))
+                 for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+            p.wait()
+        return row | {"tokens": None, "wall_s": f"> {timeout:.0f} (stopped)",
+                      "tokens_per_s": round(same_work_tokens / timeout, 2), "below": True,
+                      "uptime_before": before, "uptime_after": uptime()}
     wall = time.perf_counter() - started
     if any(codes):
         raise SystemExit(f"{name}: a rollout process failed ({codes})")
     tokens = sum(generated_tokens(out) for out in outputs)
-    return {"config": name, "processes": shards, "threads_each": threads, "questions": per_shard * shards,
-            "tokens": tokens, "wall_s": round(wall, 1), "tokens_per_s": round(tokens / wall, 2),
-            "uptime_before": before, "uptime_after": uptime()}
+    return row | {"tokens": tokens, "wall_s": round(wall, 1), "tokens_per_s": round(tokens / wall, 2),
+                  "below": False, "uptime_before": before, "uptime_after": uptime()}
 
 
 def main() -> None:
@@ -77,8 +89,12 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=4, help="questions in all (split over the shards)")
     parser.add_argument("--n", type=int, default=4, help="trajectories per question")
     parser.add_argument("--index", default=str(ROOT / "indexes/fixture"))
+    parser.add_argument("--oversub-timeout", type=float, default=150.0,
+                        help="stop the oversubscribed configuration after this many seconds (it can crawl)")
     parser.add_argument("--out", default=None, help="Markdown results (a .json twin is written beside it)")
     args = parser.parse_args()
+    if args.questions % args.shards:
+        parser.error("--questions must be a multiple of --shards (the shards split exactly the single run's work)")
     cpus = len(os.sched_getaffinity(0))
     if not Path(args.index).is_dir():
         subprocess.run([sys.executable, "-m", "cosearch_cli", "index", "fixture", "--out", args.index, "--quiet"],
@@ -86,8 +102,9 @@ def main() -> None:
     work = ROOT / "bench" / ".threads-work"
     work.mkdir(exist_ok=True)
     rows = [run_config("one", 1, cpus, args.questions, args.n, args.index, work),
-            run_config("shards", args.shards, max(1, cpus // args.shards), args.questions, args.n, args.index, work),
-            run_config("oversub", args.shards, cpus, args.questions, args.n, args.index, work)]
+            run_config("shards", args.shards, max(1, cpus // args.shards), args.questions, args.n, args.index, work)]
+    rows.append(run_config("oversub", args.shards, cpus, args.questions, args.n, args.index, work,
+                           timeout=args.oversub_timeout, same_work_tokens=rows[0]["tokens"]))
     one = rows[0]["tokens_per_s"]
     for row in rows:
         row["vs_one"] = round(row["tokens_per_s"] / one, 3)
@@ -102,8 +119,10 @@ def main() -> None:
     for row in rows:
         lb = row["uptime_before"].split("load average:")[-1].strip()
         la = row["uptime_after"].split("load average:")[-1].strip()
-        lines.append(f"| {row['config']} | {row['processes']} x {row['threads_each']} | {row['tokens']:,} | "
-                     f"{row['wall_s']} | {row['tokens_per_s']} | {row['vs_one']:.2f}x | {lb} -> {la} |")
+        tokens = f"{row['tokens']:,}" if row["tokens"] is not None else "(stopped)"
+        below = "< " if row["below"] else ""
+        lines.append(f"| {row['config']} | {row['processes']} x {row['threads_each']} | {tokens} | "
+                     f"{row['wall_s']} | {below}{row['tokens_per_s']} | {below}{row['vs_one']:.2f}x | {lb} -> {la} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
