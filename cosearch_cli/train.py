@@ -148,7 +148,7 @@ class TrainConfig:
     """Where models run: cpu, cuda, or auto (cuda when available)."""
     dtype: str = "float32"
     """float32, or bfloat16: engines and the reference hold bf16 weights; updates compute in bf16 (autocast)
-    over fp32 master weights, gradients and AdamW state (README "Precision")."""
+    over fp32 master weights, gradients and AdamW state (README "Devices and precision")."""
     backend: str = "hf"
     """Generation backend of agent and ranker: hf (transformers) or vllm (GPU; reloaded from each new
     checkpoint after an update)."""
@@ -247,7 +247,7 @@ class TrainConfig:
 
 
 # The rollout preset `paper` (cosearch_cli/rollout.py PRESETS), repeated so that reading a training configuration
-# does not import torch; tests/test_train.py checks that `train --preset paper-7b` hands the rollout exactly these.
+# does not import torch; tests/test_train_paper.py checks that `train --preset paper-7b` hands the rollout these.
 PAPER_ROLLOUT = dict(n=8, top_n=50, k=5, max_turns=6, max_new_tokens=500, ranker_max_new_tokens=256,
                      passage_tokens=160, ranker_passage_tokens=128, question_chunk=64)
 # Where the paper presets run: one GPU node, vLLM engines, bf16 compute, the trainer's state offloaded to host
