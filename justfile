@@ -40,10 +40,10 @@ bench-rollout questions="8" n="4" turns="2":
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_rollout.py --questions {{questions}} --naive-questions 1 --n {{n}} --max-turns {{turns}} --max-new-tokens 80
 
 # Two rollout shards at once (each --threads = CPUs / 2) vs one process with all cores, and vs two shards that
-# each take every core (torch's default before), on the same 4 fixture questions x G=4; records the load.
+# each take every core (torch's default before), on the same 2 fixture questions x G=4; records the load.
 # A few minutes on 2 quiet cores. Results: bench/results/threads.md (+ .json).
-bench-threads shards="2" questions="4":
-    .venv/bin/python bench/bench_threads.py --shards {{shards}} --questions {{questions}} --out bench/results/threads.md
+bench-threads shards="2" questions="2":
+    .venv/bin/python bench/bench_threads.py --shards {{shards}} --questions {{questions}} --n 4 --oversub-timeout 120 --out bench/results/threads.md
 
 # One GRPO update of SmolLM2-135M (fp32, CPU): `cosearch update` vs TRL's GRPO loss path on the same batch,
 # alternating in fresh processes (needs the trl extra). Results: bench/results/update_cpu.md.
