@@ -140,7 +140,15 @@ def test_demo_flow_reuses_the_final_evaluation_for_the_oracle_study(tmp_path, ti
     assert [orjson.loads(x)["trajectories"] for x in final_eval.splitlines()] == \
         [orjson.loads(x)["trajectories"] for x in standard.splitlines()]
     assert [row["ranker"] for row in summary["oracle_table"]] == ["llm", "oracle"]
-    assert "relative gap" in summary["lines"][1] and (root / "oracle" / "report.md").is_file()
+    assert any("relative gap" in line for line in summary["lines"]) and (root / "oracle" / "report.md").is_file()
+    # what training changed, with paired CIs, and what each update did
+    assert "95% CI" in summary["lines"][0] and summary["lines"][0].startswith("held-out dev F1 (1 questions")
+    for key in ("kl_agent", "kl_ranker", "ranker_groups_kept", "dev_f1_gain_ci", "ranker_hit1_init"):
+        assert key in summary
+    learning = orjson.loads((root / "learning.json").read_bytes())
+    assert learning["dev_f1_trained"] == summary["dev_f1_trained"]
+    assert learning["dev_f1_gain_ci"][0] <= learning["dev_f1_trained"] - learning["dev_f1_init"] <= \
+        learning["dev_f1_gain_ci"][1]
 
 
 def test_eval_questions_cover_every_dataset_first():
