@@ -118,13 +118,29 @@ def learning_summary(config: TrainConfig, runner: Runner) -> dict:
             + f" -> trained {_fmt(figures['ranker_hit1_trained'])} ({_gain(overall['ranker_hit1_gain'], figures['ranker_hit1_gain_ci'])}); "
             f"retriever order {_fmt(figures['retriever_hit1'])} (trained - retriever "
             f"{_gain(overall['ranker_vs_retriever'], figures['ranker_vs_retriever_ci'])})")
+    lines.append(_updates_line(paths.root, config))
     lines.append(
-        f"updates: agent {updated['agent']}/{config.iterations} iterations ({figures['agent_groups_kept']} groups), "
-        f"ranker {updated['ranker']}/{config.iterations} ({figures['ranker_groups_kept']} groups); mean KL(new||old) "
-        f"per update on its batch: agent {_sci(figures['kl_agent'])}, ranker {_sci(figures['kl_ranker'])}; on held-out "
-        f"dev sequences: agent {_sci(figures['kl_agent_heldout'])}, ranker {_sci(figures['kl_ranker_heldout'])}")
+        f"mean KL(new||old) of an update on its own batch: agent {_sci(figures['kl_agent'])}, ranker "
+        f"{_sci(figures['kl_ranker'])}; on held-out dev sequences: agent {_sci(figures['kl_agent_heldout'])}, "
+        f"ranker {_sci(figures['kl_ranker_heldout'])}")
     lines.append("training reward per iteration: " + ", ".join(_fmt(r) for r in figures["train_reward"]))
     return {**figures, "lines": lines}
+
+
+def _updates_line(root, config: TrainConfig) -> str:
+    """Which models the run updated, in which iterations, with how many kept groups (most groups of a small
+    model have all-equal rewards and train nothing)."""
+    rows = [orjson.loads(p.read_bytes()) for p in sorted(root.glob("iter-*/metrics.json"))]
+    parts = []
+    for role, trained in (("agent", config.train_agent), ("ranker", config.train_ranker)):
+        if not trained:
+            parts.append(f"{role} frozen")
+            continue
+        steps = [f"iteration {r['iteration']}: {r.get(f'{role}_groups_kept', 0)} groups" for r in rows
+                 if r.get(f"{role}_skipped") is False]
+        detail = f" ({'; '.join(steps)})" if steps else " (no kept group with unequal rewards)"
+        parts.append(f"{role} updated in {len(steps)} of {len(rows)} iterations{detail}")
+    return "updates: " + ", ".join(parts)
 
 
 def _mean_of(rows: list[dict], key: str) -> float | None:

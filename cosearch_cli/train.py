@@ -263,9 +263,9 @@ PRESETS: dict[str, dict] = {
     # Sized to finish within 15 minutes on a quiet 2-core CPU: the shipped SmolLM2 first learns the formats from
     # a short supervised warm-up, then GRPO at the references' settings (KL 0.001, clip 1.0) with a warmed-up
     # learning rate and dynamic sampling; evaluations before the warm-up, before RL and at the end.
-    "demo": dict(name="demo", iterations=3, questions_per_iteration=4, n=4, eval_limit=14, eval_every=0,
-                 constrain="agent,ranker", warmup_questions=24, warmup_epochs=1, lr=2e-6, lr_warmup=2,
-                 kl_coef=0.001, dynamic_sampling=True, max_draw=8),
+    "demo": dict(name="demo", iterations=2, questions_per_iteration=4, n=4, max_turns=1, top_n=5, k=3,
+                 eval_limit=28, eval_every=0, constrain="agent,ranker", warmup_questions=12, warmup_epochs=1,
+                 lr=2e-6, lr_warmup=2, kl_coef=0.0, dynamic_sampling=True, max_draw=8),
     "search-r1": dict(name="search-r1", ranker="none", train_ranker=False),
     "fixed-ranker": dict(name="fixed-ranker", ranker="llm", train_ranker=False),
     "cosearch": dict(name="cosearch", ranker="llm", train_ranker=True),
@@ -515,7 +515,7 @@ class Runner:
         self.config = config
         self.paths = RunPaths(Path(config.out) / config.name)
         self.log = log
-        self.on_rollout = on_rollout  # (done, total) per finished question, for progress bars
+        self.on_rollout = on_rollout  # (done, total[, unit]) per finished question or warm-up step, for progress
         self.rollout_live = None  # LiveRollout of the running rollout (trajectories, tokens), for progress bars
         self._index = None
         self._ref = None
@@ -805,7 +805,11 @@ class Runner:
         self.log(f"warm-up: {stats.agent} agent and {stats.ranker} ranker demonstrations from "
                  f"{stats.questions} training questions, {c.warmup_epochs} epoch(s)")
         ft = FinetuneConfig(epochs=c.warmup_epochs, lr=c.warmup_lr, seed=c.seed)
-        losses = finetune(lm, demos, ft, pad_id=tokenizer.pad_token_id or 0)
+        def on_step(done: int, total: int, loss: float) -> None:
+            if self.on_rollout:
+                self.on_rollout(done, total, unit="steps")
+
+        losses = finetune(lm, demos, ft, pad_id=tokenizer.pad_token_id or 0, on_step=on_step)
         tmp = out.with_name(f".warmup.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
@@ -858,7 +862,8 @@ class Runner:
                 write_json_atomic(self.paths.root / "eval-base" / "metrics.json", _eval_row(-1, base))
             self.warmup(train_questions)
         if c.eval_init:
-            self.log("evaluating the untrained models")
+            self.log("evaluating the models RL starts from (after the warm-up)" if c.warmup_questions
+                     else "evaluating the untrained models")
             init = self.evaluate(self.paths.root / "eval-init", current_models(self.paths, c, 0), dev)
             write_json_atomic(self.paths.root / "eval-init" / "metrics.json", _eval_row(-1, init))
         for i in range(c.iterations):

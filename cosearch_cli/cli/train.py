@@ -27,9 +27,9 @@ def _runner(config: training.TrainConfig, bar) -> training.Runner:
         bar.log(message)
         current.append(bar.add(message, live=lambda: runner.rollout_live))
 
-    def on_rollout(done: int, total: int) -> None:
+    def on_rollout(done: int, total: int, unit: str = "questions") -> None:
         if current:
-            current[0].unit = "questions"
+            current[0].unit = unit
             bar.update(current[0], done=done, total=total)
 
     runner = training.Runner(config, log=log, on_rollout=on_rollout)
