@@ -131,6 +131,8 @@ class TrainConfig:
     """Passes over the warm-up demonstrations."""
     warmup_lr: float = 5e-5
     """AdamW learning rate of the warm-up."""
+    warmup_token_budget: int = 4096
+    """Tokens (rows x longest row) per warm-up step: smaller gives more, smaller steps over the same data."""
     heldout_kl: int = 8
     """Sequences per role from the untrained models' dev evaluation on which each update's exact
     KL(new || old) is measured (a diagnostic; never trained on). 0: off."""
@@ -200,8 +202,10 @@ class TrainConfig:
                                      f"(n x max_turns = {largest_cluster}), so no ranker group could ever train"))
         if not 0 < self.tau <= 1:
             problems.append(("tau", f"must be in (0, 1], got {self.tau}"))
-        if self.warmup_questions < 0 or self.warmup_epochs < 1 or not self.warmup_lr > 0:
-            problems.append(("warmup_questions/warmup_epochs/warmup_lr", "must be >= 0, >= 1 and > 0"))
+        if self.warmup_questions < 0 or self.warmup_epochs < 1 or not self.warmup_lr > 0 or \
+                self.warmup_token_budget < 1:
+            problems.append(("warmup_questions/warmup_epochs/warmup_lr/warmup_token_budget",
+                             "must be >= 0, >= 1, > 0 and >= 1"))
         if self.lr_warmup < 0 or self.max_grad_norm < 0 or self.max_draw < 0 or self.heldout_kl < 0:
             problems.append(("lr_warmup/max_grad_norm/max_draw/heldout_kl", "must be >= 0"))
         if self.norm_over not in ("batch", "trained"):
@@ -804,7 +808,7 @@ class Runner:
                               fix="check that the index holds the training questions' corpus, or warmup_questions = 0")
         self.log(f"warm-up: {stats.agent} agent and {stats.ranker} ranker demonstrations from "
                  f"{stats.questions} training questions, {c.warmup_epochs} epoch(s)")
-        ft = FinetuneConfig(epochs=c.warmup_epochs, lr=c.warmup_lr, seed=c.seed)
+        ft = FinetuneConfig(epochs=c.warmup_epochs, lr=c.warmup_lr, token_budget=c.warmup_token_budget, seed=c.seed)
         def on_step(done: int, total: int, loss: float) -> None:
             if self.on_rollout:
                 self.on_rollout(done, total, unit="steps")
