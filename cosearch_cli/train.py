@@ -264,12 +264,14 @@ PAPER_UPDATE = dict(lr=1e-6, kl_coef=0.001, temperature=1.0, max_grad_norm=1.0)
 
 # The three comparison presets share every setting but what the paper varies, so they cost the same compute.
 PRESETS: dict[str, dict] = {
-    # Sized to finish within 15 minutes on a quiet 2-core CPU: the shipped SmolLM2 first learns the formats from
-    # a short supervised warm-up, then GRPO at the references' settings (KL 0.001, clip 1.0) with a warmed-up
-    # learning rate and dynamic sampling; evaluations before the warm-up, before RL and at the end.
+    # Sized for about 15 minutes on a quiet 2-core CPU. The shipped SmolLM2 first learns the formats from a
+    # supervised warm-up on 24 training questions (2 epochs, lr 3e-5; measured on the 28 dev questions under
+    # load: F1 0.076 -> 0.313), then GRPO with the references' clipping and divisor, a learning rate warmed up
+    # to 2e-6 over the 2 iterations, no KL, and dynamic sampling so each update has groups with a spread.
     "demo": dict(name="demo", iterations=2, questions_per_iteration=4, n=4, max_turns=1, top_n=5, k=3,
-                 eval_limit=28, eval_every=0, constrain="agent,ranker", warmup_questions=12, warmup_epochs=1,
-                 lr=2e-6, lr_warmup=2, kl_coef=0.0, dynamic_sampling=True, max_draw=8),
+                 eval_limit=28, eval_every=0, constrain="agent,ranker", warmup_questions=24, warmup_epochs=2,
+                 warmup_token_budget=2048, warmup_lr=3e-5, lr=2e-6, lr_warmup=2, kl_coef=0.0,
+                 dynamic_sampling=True, max_draw=8),
     "search-r1": dict(name="search-r1", ranker="none", train_ranker=False),
     "fixed-ranker": dict(name="fixed-ranker", ranker="llm", train_ranker=False),
     "cosearch": dict(name="cosearch", ranker="llm", train_ranker=True),
