@@ -11,6 +11,7 @@ from conftest import ROOT, run_cli
 
 from cosearch_cli.cli import app
 from cosearch_cli.demo import DEMO_TIME
+from cosearch_cli.train import PRESETS
 
 PROGRAMS = ("cosearch", ".venv/bin/cosearch")
 
@@ -80,7 +81,8 @@ def test_readme_help_and_demo_state_the_same_measured_time():
     assert DEMO_TIME in readme
     help_text = " ".join(run_cli("demo", "--help").stdout.split())
     assert DEMO_TIME in help_text
-    assert "for 3 iterations" in help_text and "(default: the demo preset's 3)" in help_text
+    iterations = PRESETS["demo"]["iterations"]
+    assert f"for {iterations} iterations" in help_text and f"(default: the demo preset's {iterations})" in help_text
 
 
 def test_one_variable_moves_every_cache(tmp_path, monkeypatch):
