@@ -24,13 +24,7 @@ import torch
 from cosearch_cli.models import load_causal_lm
 from cosearch_cli.train import read_records
 from cosearch_cli.update import UpdateConfig, run_update
-from cosearch_cli.update.batch import TrainSeq
-
-
-def heldout_sequences(path: Path, limit: int) -> list[TrainSeq]:
-    seqs = [TrainSeq(f"{r.question_id}/s{t.sample}", t.token_ids, t.loss_mask, [0.0] * len(t.token_ids), 0.0, 1.0)
-            for r in read_records(path) for t in r.trajectories]
-    return [s for s in seqs if s.n_trained][:limit]
+from cosearch_cli.update.batch import diagnostic_sequences
 
 
 def weight_change(before: dict[str, torch.Tensor], model) -> tuple[float, float]:
@@ -56,7 +50,7 @@ def main() -> None:
     args = parser.parse_args()
 
     records = read_records(Path(args.scored))
-    heldout = heldout_sequences(Path(args.heldout), args.heldout_limit)
+    heldout = diagnostic_sequences(read_records(Path(args.heldout)), "agent", args.heldout_limit)
     base, tokenizer = load_causal_lm(args.model)
     start = {n: p.detach().clone() for n, p in base.named_parameters()}
     load = os.getloadavg()

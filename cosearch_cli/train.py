@@ -527,6 +527,7 @@ class Runner:
         self._ref = None
         self._loaded: dict[str, object] = {}  # model path -> backend; checkpoint folders never change
         self._constraints: dict[bool, tuple] = {}  # has a ranker model -> (agent factory, ranker factory)
+        self._heldout: dict[str, list] = {}  # role -> held-out sequences for the update's KL (eval-init)
 
     # -- setup ------------------------------------------------------------------------------------------
 
@@ -754,24 +755,15 @@ class Runner:
         return result.metrics
 
     def heldout(self, role: str) -> list | None:
-        """Up to `heldout_kl` of the untrained models' dev sequences of `role`, for the held-out KL."""
+        """Up to `heldout_kl` of the untrained models' dev sequences of `role`, for the held-out KL (read once)."""
         path = self.paths.root / "eval-init" / "rollouts.jsonl"
         if not self.config.heldout_kl or not path.is_file():
             return None
-        from cosearch_cli.update.batch import TrainSeq
+        if role not in self._heldout:
+            from cosearch_cli.update.batch import diagnostic_sequences
 
-        seqs = []
-        for record in read_records(path):
-            if role == "agent":
-                seqs += [TrainSeq(f"{record.question_id}/s{t.sample}", t.token_ids, t.loss_mask,
-                                  [0.0] * len(t.token_ids), 0.0, 1.0) for t in record.trajectories]
-            else:
-                seqs += [TrainSeq(call.id, call.prompt_ids + call.output_ids,
-                                  [0] * len(call.prompt_ids) + [1] * len(call.output_ids),
-                                  [0.0] * (len(call.prompt_ids) + len(call.output_ids)), 0.0, 1.0)
-                         for call in record.ranker_calls if call.prompt_ids and call.output_ids]
-        seqs = [s for s in seqs if s.n_trained]
-        return seqs[:self.config.heldout_kl] or None
+            self._heldout[role] = diagnostic_sequences(read_records(path), role, self.config.heldout_kl)
+        return self._heldout[role] or None
 
     def _reference(self, role: str):
         from cosearch_cli.models import load_causal_lm

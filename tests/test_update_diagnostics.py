@@ -121,3 +121,14 @@ def test_run_update_reports_divisor_share_norms_and_kls():
     assert metrics["kl_batch"] is None and metrics["kl_heldout"] is None
 
 
+
+
+def test_diagnostic_sequences_take_every_member_whatever_its_group(record):
+    from cosearch_cli.update.batch import diagnostic_sequences
+
+    agent = diagnostic_sequences([record], "agent", limit=3)
+    assert [(s.key, s.n_trained, s.advantage, s.temperature) for s in agent] == \
+        [("q/s0", 3, 0.0, 1.0), ("q/s1", 2, 0.0, 1.0), ("q/s2", 4, 0.0, 1.0)]
+    ranker = diagnostic_sequences([record], "ranker", limit=10)
+    assert [s.n_trained for s in ranker] == [4, 6, 5, 3, 3, 9]  # the singleton's call too
+    assert ranker[0].mask == [0, 0, 0, 1, 1, 1, 1]

@@ -65,8 +65,7 @@ def agent_sequences(record: RolloutRecord) -> list[TrainSeq]:
     for traj in record.trajectories:
         if str(traj.sample) not in members or not _trained(traj.advantage):
             continue
-        seq = TrainSeq(f"{record.question_id}/s{traj.sample}", traj.token_ids, traj.loss_mask, traj.logprobs,
-                       float(traj.advantage), temperature)
+        seq = trajectory_seq(record, traj, float(traj.advantage), temperature)
         out.append(_check(seq, f"question {record.question_id} sample {traj.sample}"))
     return out
 
@@ -84,11 +83,34 @@ def ranker_sequences(record: RolloutRecord) -> list[TrainSeq]:
         if not call.prompt_ids:
             raise RecordError(f"ranker call {call.id} has no prompt_ids",
                               fix="only LLM ranker calls recorded with their token ids can be trained")
-        n_prompt = len(call.prompt_ids)
-        seq = TrainSeq(call.id, call.prompt_ids + call.output_ids, [0] * n_prompt + [1] * len(call.output_ids),
-                       [0.0] * n_prompt + list(call.logprobs), float(call.advantage), temperature)
-        out.append(_check(seq, f"ranker call {call.id}"))
+        out.append(_check(call_seq(call, float(call.advantage), temperature), f"ranker call {call.id}"))
     return out
+
+
+def trajectory_seq(record: RolloutRecord, traj, advantage: float, temperature: float) -> TrainSeq:
+    """A trajectory's whole token sequence; the loss mask marks what the agent generated."""
+    return TrainSeq(f"{record.question_id}/s{traj.sample}", traj.token_ids, traj.loss_mask, traj.logprobs,
+                    advantage, temperature)
+
+
+def call_seq(call, advantage: float, temperature: float) -> TrainSeq:
+    """A ranker call as prompt + output, trained on the output only."""
+    n_prompt = len(call.prompt_ids)
+    return TrainSeq(call.id, call.prompt_ids + call.output_ids, [0] * n_prompt + [1] * len(call.output_ids),
+                    [0.0] * n_prompt + list(call.logprobs), advantage, temperature)
+
+
+def diagnostic_sequences(records: Iterable[RolloutRecord], role: str, limit: int) -> list[TrainSeq]:
+    """The first `limit` of `role`'s sequences with generated tokens, whatever their group (advantage 0,
+    temperature 1 as greedy records are scored): where an update's held-out KL is measured."""
+    seqs: list[TrainSeq] = []
+    for record in records:
+        if role == "agent":
+            seqs += [trajectory_seq(record, t, 0.0, 1.0) for t in record.trajectories]
+        else:
+            seqs += [call_seq(c, 0.0, 1.0) for c in record.ranker_calls
+                     if c.prompt_ids and c.output_ids and len(c.logprobs) == len(c.output_ids)]
+    return [s for s in seqs if s.n_trained][:limit]
 
 
 SEQUENCES = {"agent": agent_sequences, "ranker": ranker_sequences}
