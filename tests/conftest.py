@@ -45,18 +45,28 @@ def fixtures_dir() -> Path:
 def tiny_lm():
     """(model, tokenizer): a randomly initialised 2-layer Llama over the SmolLM2 tokenizer, fixed seed."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from cosearch_cli.models import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2")
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    config = smollm2_llama_config(tokenizer, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                  num_key_value_heads=2)
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
     return model, tokenizer
+
+
+def smollm2_llama_config(tokenizer, *, hidden_size: int, intermediate_size: int, num_attention_heads: int,
+                         num_key_value_heads: int):
+    """A 2-layer Llama config over the SmolLM2 tokenizer (its special tokens, tied embeddings)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
+                       num_hidden_layers=2, num_attention_heads=num_attention_heads,
+                       num_key_value_heads=num_key_value_heads, max_position_embeddings=4096,
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from conftest import smollm2_llama_config
+
 from cosearch_cli.generation.vllm import vllm_available
 from test_train import _config
 
@@ -23,15 +25,13 @@ def vllm_sized_model(tmp_path_factory):
     """A random 2-layer Llama over the SmolLM2 tokenizer with 64-dimensional heads (vLLM's CPU attention
     kernels do not take the 16-dimensional heads of the other tests' tiny model)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from cosearch_cli.models import load_tokenizer
 
     tokenizer = load_tokenizer("smollm2")
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    config = smollm2_llama_config(tokenizer, hidden_size=128, intermediate_size=256, num_attention_heads=2,
+                                  num_key_value_heads=1)
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("vllm-lm")
     LlamaForCausalLM(config).save_pretrained(folder)
