@@ -67,14 +67,19 @@ bench-bm25-memory:
 bench-retrieval:
     nice -n 10 .venv/bin/python bench/retrieval_quality.py --data ../shared/data --index indexes/shared-32k --dense
 
-# Learning evidence (issue 7): the three presets at the same budget from the warm-up checkpoint that
-# bench-valid-actions saves, evaluated on dev questions never trained on. About 1.5 h on this 2-core machine.
+# Learning evidence (issues 7, 14): search-r1, fixed-ranker and cosearch at equal compute from one supervised
+# warm-up of the shipped SmolLM2, evaluated greedy on 210 held-out dev questions (stratified, never trained,
+# warmed up or tuned on). About 1.5 h on this 2-core machine. Results: bench/results/learning_evidence.md.
 learning-evidence:
     test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
-    test -d runs/warmup-smollm2 || OMP_NUM_THREADS=1 .venv/bin/python bench/valid_actions.py --per-dataset 15 --n 4 --warmup-per-dataset 8 --epochs 2 --index indexes/dev-bm25 --settings warmup --out /tmp/valid_actions.json --save-warmup runs/warmup-smollm2 --threads 1
+    .venv/bin/python bench/learning_split.py --heldout 210 --warmup 56 --out runs/study
+    test -d runs/study/warmup || .venv/bin/cosearch warmup --questions runs/study/warmup.jsonl --exclude runs/study/heldout.jsonl --index indexes/dev-bm25 --out runs/study/warmup --max-turns 1 --k 3 --top-n 5 --max-new-tokens 64 --epochs 2 --lr 3e-5 --token-budget 2048
+    for preset in search-r1 fixed-ranker cosearch; do .venv/bin/cosearch train --preset $preset --config bench/learning.toml --name learn-$preset; done
+    .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --untrained smollm2 --png bench/results/learning_curves.png --json bench/results/learning_evidence.json
+
+# Fixed-set check (issue 7): GRPO raises the reward on the 8 training questions it sees every iteration.
+learning-overfit:
     .venv/bin/python bench/learning_split.py --out runs/learning --subset bench/learning_overfit_ids.txt
-    for preset in search-r1 fixed-ranker cosearch; do OMP_NUM_THREADS=1 .venv/bin/cosearch train --preset $preset --config bench/learning.toml --name learn-$preset; done
-    .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --png bench/results/learning_curves.png
     OMP_NUM_THREADS=1 .venv/bin/cosearch train --preset search-r1 --config bench/learning_overfit.toml --name learn-overfit
     .venv/bin/python bench/learning_evidence.py --runs runs/learn-overfit --png bench/results/learning_overfit.png --title "fixed-set check: 8 training questions every iteration (SmolLM2-135M, search-r1 preset, lr 1e-5)"
 

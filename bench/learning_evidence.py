@@ -42,10 +42,25 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def run_figures(run: Path, calls) -> dict:
-    """One run's before/after figures; the ranker is judged on the shared `calls`."""
-    from cosearch_cli.gains import compare_runs
+_RERANKED: dict[tuple[str, bool], list] = {}
+
+
+def reranked(runner, calls, model: str, constrained: bool) -> list:
+    """A ranker model's scores on the shared calls, computed once per model across runs."""
     from cosearch_cli.ranker_quality import rerank
+
+    key = (str(Path(model).resolve()) if Path(model).exists() else model, constrained)
+    if key not in _RERANKED:
+        print(f"re-ranking {len(calls.pairs)} held-out calls with {model}", flush=True)
+        _RERANKED[key] = rerank(calls, runner.backend(model), runner.index.docs, constrained=constrained)
+    return _RERANKED[key]
+
+
+def run_figures(run: Path, calls, untrained: str | None = None) -> dict:
+    """One run's before/after figures; the ranker is judged on the shared `calls`, and with `untrained` also
+    against that model (e.g. the shipped 'smollm2') as a ranker on the same calls."""
+    from cosearch_cli.gains import compare_runs
+    from cosearch_cli.ranker_quality import paired_difference, quality, retriever_scores
     from cosearch_cli.train import Runner, current_models, load_config, read_records
 
     config = load_config(run / "config.toml")
@@ -57,13 +72,40 @@ def run_figures(run: Path, calls) -> dict:
         start, end = current_models(runner.paths, config, 0).ranker, current_models(runner.paths, config,
                                                                                       config.iterations).ranker
         constrained = "ranker" in runner.constraint_roles()
-        ranker_before = rerank(calls, runner.backend(start), runner.index.docs, constrained=constrained)
-        ranker_after = ranker_before if end == start else rerank(calls, runner.backend(end), runner.index.docs,
-                                                                 constrained=constrained)
+        ranker_before = reranked(runner, calls, start, constrained)
+        ranker_after = reranked(runner, calls, end, constrained)
     figures = compare_runs(before, after, calls=calls, ranker_before=ranker_before, ranker_after=ranker_after)
+    extra = {}
+    if untrained and calls is not None:
+        scores = reranked(runner, calls, untrained, True)
+        stats = paired_difference(scores, ranker_after or retriever_scores(calls), "hit1").get("average", {})
+        extra = {"ranker_hit1_untrained": quality(scores)["hit1"], "untrained_ranker": untrained,
+                 "ranker_vs_untrained": stats.get("diff"),
+                 "ranker_vs_untrained_ci": [stats["ci_low"], stats["ci_high"]] if stats else None}
     seconds = [sum(r["seconds"].values()) for r in load(run) if isinstance(r.get("seconds"), dict)]
-    return {"preset": run.name, **{k: v for k, v in figures.items() if k != "bootstrap"},
+    return {"preset": run.name, **{k: v for k, v in figures.items() if k != "bootstrap"}, **extra,
             "hours": round(sum(seconds) / 3600, 2), "bootstrap": figures["bootstrap"]}
+
+
+def summary(figures: list[dict]) -> str:
+    """The Markdown table of the held-out figures (what learning_evidence.md states)."""
+    def ci(pair) -> str:
+        return "" if pair is None else f"[{pair[0]:+.3f}, {pair[1]:+.3f}]"
+
+    def num(value) -> str:
+        return "" if value is None else f"{value:.3f}"
+
+    head = ("| run | questions | agent F1 start -> end | gain [95% CI] | ranker Hit@1 start -> end | gain [95% CI] "
+            "| retriever Hit@1 | end - retriever [95% CI] | untrained Hit@1 | end - untrained [95% CI] | hours |")
+    rows = [head, "|" + "---|" * 11]
+    for f in figures:
+        rows.append(f"| {f['preset']} | {f['questions']} | {num(f['agent_f1_before'])} -> {num(f['agent_f1_after'])} "
+                    f"| {f['agent_f1_gain']:+.3f} {ci(f['agent_f1_gain_ci'])} "
+                    f"| {num(f['ranker_hit1_before'])} -> {num(f['ranker_hit1_after'])} "
+                    f"| {ci(f['ranker_hit1_gain_ci'])} | {num(f['retriever_hit1'])} "
+                    f"| {ci(f['ranker_vs_retriever_ci'])} | {num(f.get('ranker_hit1_untrained'))} "
+                    f"| {ci(f.get('ranker_vs_untrained_ci'))} | {f['hours']} |")
+    return "\n".join(rows)
 
 
 def main() -> None:
@@ -71,6 +113,8 @@ def main() -> None:
     ap.add_argument("--runs", nargs="+", required=True, help="run folders (each with metrics.parquet)")
     ap.add_argument("--png", required=True, help="where to draw the curves of all runs")
     ap.add_argument("--json", help="write the held-out figures of every run here (issue 14's fields)")
+    ap.add_argument("--untrained", help="also score this model (e.g. smollm2, the shipped one) as a ranker on "
+                                        "the shared held-out calls, against each run's final ranker")
     ap.add_argument("--title", default="search-r1 vs fixed-ranker vs cosearch (SmolLM2-135M, equal budget)")
     args = ap.parse_args()
     runs = {Path(r).name: load(Path(r)) for r in args.runs}
@@ -85,8 +129,9 @@ def main() -> None:
         llm = [Path(r) for r in args.runs if load_config(Path(r) / "config.toml").ranker == "llm"]
         calls = fixed_calls(read_records(llm[0] / "eval-init" / "rollouts.jsonl")) if llm else None
         out = {"calls_from": str(llm[0]) if llm else None,
-               "presets": [run_figures(Path(r), calls) for r in args.runs]}
+               "presets": [run_figures(Path(r), calls, args.untrained) for r in args.runs]}
         Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+        print(summary(out["presets"]))
 
 
 if __name__ == "__main__":

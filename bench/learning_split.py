@@ -19,6 +19,10 @@ extra files' questions whose text is not held out, to `train.jsonl` (+ manifest)
     .venv/bin/python bench/learning_split.py --heldout 210 --exclude runs/warmup-smollm2/warmup.json \
         --out runs/study
 
+`--warmup N` moves N of the training dev questions (round-robin over the datasets; the extra files' questions
+have no passages in the corpus, so they give no demonstration) to `warmup.jsonl`: the supervised warm-up that
+every preset of the study starts from trains on them, and RL never draws them.
+
 `--subset FILE` (one training-question id per line) also writes `subset.jsonl`: those training questions only,
 for the fixed-set check that GRPO raises the reward on the questions it trains on (learning_overfit.toml).
 """
@@ -83,6 +87,9 @@ def main() -> None:
                     help="questions the held-out set must not contain (warm-up questions); repeatable")
     ap.add_argument("--data", type=Path, default=DATA, help="folder with dev/ and extra_qa_only/ (../shared/data)")
     ap.add_argument("--out", default="runs/learning")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="move this many training dev questions, round-robin over the datasets, to warmup.jsonl "
+                         "(a supervised warm-up's questions, never rolled out by RL nor evaluated)")
     ap.add_argument("--subset", help="file of training-question ids (one per line) to write as subset.jsonl")
     args = ap.parse_args()
     dev_files = sorted((args.data / "dev").glob("*.jsonl"))
@@ -109,6 +116,15 @@ def main() -> None:
         for path in extra_files:
             train += sha1_order(read_file(path))[:args.train_extra_per_file]
     check_no_overlap(train, evaluation)
+    warmup = []
+    if args.warmup:
+        from cosearch_cli.train import eval_questions
+
+        dev_ids = {q.id for qs in by_dataset.values() for q in qs}
+        warmup = eval_questions([q for q in train if q.id in dev_ids], args.warmup)
+        taken = {q.id for q in warmup}
+        train = [q for q in train if q.id not in taken]
+        check_no_overlap(warmup, evaluation)
 
     inputs = {str(p): file_sha256(p) for p in [*dev_files, *extra_files, *map(Path, args.exclude)]}
     options = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()
@@ -119,6 +135,9 @@ def main() -> None:
     write(out / eval_name, evaluation, make_manifest("learning-split", options | {"role": "evaluation"},
                                                      inputs=inputs) | {"datasets": counts})
     write(out / "train.jsonl", train, make_manifest("learning-split", options | {"role": "training"}, inputs=inputs))
+    if warmup:
+        write(out / "warmup.jsonl", warmup, make_manifest("learning-split", options | {"role": "warm-up"},
+                                                          inputs=inputs))
     if args.subset:
         wanted = [line.split("#")[0].strip() for line in Path(args.subset).read_text().splitlines()]
         by_id = {q.id: q for q in train}

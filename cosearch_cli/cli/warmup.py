@@ -36,6 +36,10 @@ def warmup(
     max_turns: Annotated[int | None, typer.Option(help="T: most searches per demonstration (default: --sizes').")]
     = None,
     k: Annotated[int | None, typer.Option(help="K: passages shown per search (default: --sizes').")] = None,
+    top_n: Annotated[int | None, typer.Option(
+        help="N: retriever candidates per ranker demonstration (default: --sizes'); use the rollout's N.")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(
+        help="Agent tokens per turn: the gold answer is shortened to fit (default: --sizes').")] = None,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
     ranker: Annotated[bool, typer.Option(help="Also train on ranker demonstrations (same model).")] = True,
     keep_unsupported: Annotated[bool, typer.Option(
@@ -75,7 +79,8 @@ def warmup(
     preset = old_preset or preset
     refuse_existing(out, overwrite)
     use_threads(threads, quiet)
-    overrides = {key: value for key, value in dict(max_turns=max_turns, k=k).items() if value is not None}
+    given = dict(max_turns=max_turns, k=k, top_n=top_n, max_new_tokens=max_new_tokens)
+    overrides = {key: value for key, value in given.items() if value is not None}
     config = make_preset(preset, retriever=retriever, **overrides)
     config.top_n = max(config.top_n, config.k)
     train, reader = read_questions(questions)
@@ -116,7 +121,7 @@ def warmup(
         _write_demos(tmp / "demonstrations.jsonl", demos, tokenizer)
         options = {"questions": questions, "index": str(Path(index).resolve()), "model": model,
                    "exclude": exclude or [], "preset": preset, "max_turns": config.max_turns, "k": config.k,
-                   "top_n": config.top_n, "retriever": retriever, "ranker": ranker,
+                   "top_n": config.top_n, "max_new_tokens": config.max_new_tokens, "retriever": retriever, "ranker": ranker,
                    "keep_unsupported": keep_unsupported, "limit": limit, **asdict(ft)}
         manifest = make_manifest("warmup", options, inputs=hashes, seed=seed,
                                  upstream=reader.upstream + [opened.manifest])
