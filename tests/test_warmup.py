@@ -196,7 +196,7 @@ def test_cli_writes_a_checkpoint_that_loads(tmp_path, tiny_lm, fixtures_dir, ind
     out = tmp_path / "warm"
     args = ["warmup", "--questions", fixtures_dir / "train.jsonl", "--index", index.folder, "--model", base,
             "--out", out, "--limit", "6", "--max-turns", "1", "--k", "2", "--exclude", fixtures_dir / "dev.jsonl",
-            "--keep-unsupported", "--quiet"]
+            "--top-n", "4", "--max-new-tokens", "48", "--keep-unsupported", "--quiet"]
     result = run_cli(*args)
     assert result.exit_code == 0, result.stderr
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
@@ -204,6 +204,10 @@ def test_cli_writes_a_checkpoint_that_loads(tmp_path, tiny_lm, fixtures_dir, ind
     assert manifest["stage"] == "warmup" and manifest["demonstrations"]["agent"] == 6
     rows = [orjson.loads(line) for line in (out / "demonstrations.jsonl").read_bytes().splitlines()]
     assert {r["role"] for r in rows} == {"agent", "ranker"}
+    assert manifest["options"]["top_n"] == 4 and manifest["options"]["max_new_tokens"] == 48
+    ranker_prompts = [tokenizer.decode(r["token_ids"]) for r in rows if r["role"] == "ranker"]
+    # --top-n 4: each ranker demonstration lists at most the rollout's N = 4 candidates
+    assert all("\n[5] " not in text for text in ranker_prompts) and any("\n[4] " in text for text in ranker_prompts)
     loaded, _ = load_causal_lm(str(out))
     assert not torch.equal(loaded.model.embed_tokens.weight, model.model.embed_tokens.weight)  # it trained
     assert lm_base(str(out)) == "smollm2" and parse_roles("auto", str(out)) == {"agent", "ranker"}
