@@ -143,7 +143,7 @@ class TrainConfig:
     eval_limit: int = 24
     """Dev questions per evaluation (0: all)."""
     eval_init: bool = True
-    """Evaluate the untrained models first."""
+    """Evaluate the models RL starts from first (eval-init/)."""
     seed: int = 0
     """Seed of question order, sampling and updates."""
     device: str = "auto"
@@ -860,8 +860,7 @@ class Runner:
                 write_json_atomic(self.paths.root / "eval-base" / "metrics.json", _eval_row(-1, base))
             self.warmup(train_questions)
         if c.eval_init:
-            self.log("evaluating the models RL starts from (after the warm-up)" if c.warmup_questions
-                     else "evaluating the untrained models")
+            self.log("evaluating the models RL starts from" + (" (after the warm-up)" if c.warmup_questions else ""))
             init = self.evaluate(self.paths.root / "eval-init", current_models(self.paths, c, 0), dev)
             write_json_atomic(self.paths.root / "eval-init" / "metrics.json", _eval_row(-1, init))
         for i in range(c.iterations):
