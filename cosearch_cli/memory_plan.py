@@ -224,12 +224,14 @@ def engine_plan(role: str, shape: ModelShape, c, *, gpu_bytes: int, context: int
                     note=f"hf backend: KV cache of {rows} rows x {context} tokens")
 
 
-def trainer_plan(shape: ModelShape, c, *, world: int, tokens: int) -> RolePlan:
-    """The updated model under FSDP over `world` GPUs (world 1: a plain model, or FSDP with offload)."""
+def trainer_plan(shape: ModelShape, c, *, world: int, tokens: int, trained: float | None = None) -> RolePlan:
+    """The updated model under FSDP over `world` GPUs (world 1: a plain model, or FSDP with offload); `trained`:
+    the share of a micro-batch's tokens with logits (default: the largest the run's budgets allow)."""
     dtype_bytes = DTYPE_BYTES[c.dtype]
     state = shape.params * TRAINER_BYTES_PER_PARAM
     weights, optimizer = shape.params * 4 // world, (state - shape.params * 4) // world
-    activations = trainer_activation_bytes(shape, tokens, dtype_bytes, c.grad_checkpointing, trained_share(c))
+    share = trained_share(c) if trained is None else trained
+    activations = trainer_activation_bytes(shape, tokens, dtype_bytes, c.grad_checkpointing, share)
     host = 0
     note = f"micro-batch of {tokens} tokens" + (", gradient checkpointing" if c.grad_checkpointing else "")
     if c.offload:  # FSDP CPU offload: the GPU holds the gathered layer (and the next, prefetched) only
@@ -268,6 +270,49 @@ def plan_training(c, *, gpus: int, gpu_bytes: int, world: int = 1) -> MemoryPlan
         if gpus < 2:
             plan.roles[-1].problem = f"placement 'split' needs 2 GPUs, {gpus} given: set placement = 'shared'"
     return plan
+
+
+@dataclass
+class UpdateSettings:
+    """What the memory of one `cosearch update` depends on, besides the model."""
+
+    dtype: str = "float32"
+    grad_checkpointing: bool = False
+    offload: bool = False
+    token_budget: int = 2048
+    kl_coef: float = 0.0
+
+
+def plan_update(shape: ModelShape, u: UpdateSettings, *, gpu_bytes: int, world: int, longest: int,
+                trained: float) -> MemoryPlan:
+    """The plan of one `cosearch update` process: the trainer (its FSDP shard of `world`) and, with a KL term,
+    the frozen reference. A micro-batch holds `token_budget` tokens, or the `longest` sequence when that is
+    longer; `trained` is the largest share of a sequence's tokens that has logits, read from the batch."""
+    plan = MemoryPlan(gpu_bytes=gpu_bytes, gpus=1)
+    if u.kl_coef > 0:
+        plan.roles.append(RolePlan("ref", shape.name, shape.params, shape.params * DTYPE_BYTES[u.dtype],
+                                   note="frozen, no gradients"))
+    plan.roles.append(trainer_plan(shape, u, world=world, tokens=max(u.token_budget, longest), trained=trained))
+    if longest > u.token_budget:
+        plan.notes.append(f"the batch's longest sequence has {longest} tokens, above --token-budget "
+                          f"{u.token_budget}: it is a micro-batch of its own, so the plan counts that many tokens")
+    return plan
+
+
+def update_refusal(plan: MemoryPlan, u: UpdateSettings, world: int) -> ConfigError:
+    """The one-line refusal of an update whose plan does not fit, with the numbers and what would make it fit."""
+    trainer = next(r for r in plan.roles if r.role == "trainer")
+    fixes = []
+    if not u.offload:
+        fixes.append("--parallel fsdp --offload (weights, gradients and AdamW state in host memory)")
+    fixes.append(f"torchrun over more GPUs (FSDP shards the {_gib(trainer.params * TRAINER_BYTES_PER_PARAM)} GiB "
+                 f"of trainer state; {world} now)")
+    if not u.grad_checkpointing:
+        fixes.append("--grad-checkpointing")
+    fixes.append(f"a smaller --token-budget (activations {_gib(trainer.activations)} GiB at {u.token_budget})")
+    parts = ", ".join(f"{r.role} {_gib(r.gpu)}" for r in plan.roles)
+    return ConfigError(f"the update needs {_gib(plan.total)} GiB on one GPU ({parts} GiB) but the GPU has "
+                       f"{_gib(plan.gpu_bytes)} GiB", fix="; ".join(fixes))
 
 
 def refusal(plan: MemoryPlan, c) -> ConfigError:

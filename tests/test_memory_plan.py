@@ -114,3 +114,21 @@ def test_split_placement_sends_reference_and_trainer_to_the_second_gpu():
     assert (runner.engine_device, runner.trainer_device) == ("cuda:0", "cuda:1")
     shared = Runner(TrainConfig(device="cpu"))
     assert (shared.engine_device, shared.trainer_device) == ("cpu", "cpu")
+
+
+def test_update_plan_hand_computed_and_refused_with_fixes():
+    from cosearch_cli.memory_plan import UpdateSettings, plan_update, update_refusal
+
+    u = UpdateSettings(dtype="bfloat16", token_budget=100, kl_coef=0.001)
+    plan = plan_update(TOY, u, gpu_bytes=GIB, world=2, longest=150, trained=0.5)
+    ref, trainer = plan.roles
+    assert (ref.role, ref.weights) == ("ref", 348 * 2)  # frozen bf16 copy
+    assert (trainer.weights, trainer.optimizer) == (696, 2088)  # half of 348 x 16 bytes on each of 2 ranks
+    # the longest sequence (150 tokens) is its own micro-batch: 150 x 2 layers x 120 bytes + 75 logit rows x 100
+    assert trainer.activations == 150 * 2 * 120 + 75 * 100
+    assert plan.total == 696 + 696 + 2088 + 36000 + 7500 and plan.fits
+    assert "longest sequence has 150 tokens" in plan.notes[0]
+    small = plan_update(TOY, u, gpu_bytes=40_000, world=1, longest=150, trained=0.5)
+    assert not small.fits
+    error = update_refusal(small, u, world=1)
+    assert "needs" in str(error) and "--offload" in error.fix and "--grad-checkpointing" in error.fix

@@ -122,6 +122,8 @@ def update(
     torch.manual_seed(seed)
     policy_name = resume or model
     info = read_info(policy_name) if Path(policy_name).is_dir() else {}
+    if device_type.startswith("cuda"):  # refuse before any model is loaded when the update cannot fit the GPU
+        _check_update_memory(policy_name, config, training_sequences(records, role), quiet=quiet)
     if device == "auto":
         device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
     policy, tokenizer = _load_policy(policy_name, config, "cpu" if offload else device)  # FSDP places shards
@@ -156,6 +158,30 @@ def update(
     if not quiet:
         stderr.print(f"update {role}: {metrics['sequences']} sequences, {metrics['tokens']} trained tokens, "
                      f"loss {metrics['loss']:.4g}, {metrics['seconds']:.1f} s -> {out}")
+
+
+def _check_update_memory(policy_name: str, config, seqs, *, quiet: bool) -> None:
+    """Print this process's memory plan (stderr) and refuse with its numbers when it does not fit the GPU."""
+    import torch
+
+    from cosearch_cli.memory_plan import UpdateSettings, model_shape, plan_update, update_refusal
+    from cosearch_cli.update import distributed
+
+    if not torch.cuda.is_available():
+        raise ConfigError("--device cuda but torch sees no GPU", fix="use --device cpu, or run on a GPU node")
+    settings = UpdateSettings(dtype=config.dtype, grad_checkpointing=config.grad_checkpointing,
+                              offload=config.offload, token_budget=config.token_budget, kl_coef=config.kl_coef)
+    world = distributed.rank_world()[1] if config.parallel == "fsdp" else 1
+    longest = max(len(s.token_ids) for s in seqs)
+    trained = max(sum(s.mask) / len(s.token_ids) for s in seqs)
+    gpu_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    plan = plan_update(model_shape(policy_name), settings, gpu_bytes=gpu_bytes, world=world, longest=longest,
+                       trained=trained)
+    if not quiet and distributed.is_main():
+        for line in plan.lines():
+            stderr.print(line, markup=False, highlight=False)
+    if not plan.fits:
+        raise update_refusal(plan, settings, world)
 
 
 def _load_policy(name: str, config, device: str):
