@@ -74,7 +74,10 @@ learning-evidence:
     test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
     .venv/bin/python bench/learning_split.py --heldout 210 --warmup 56 --out runs/study
     test -d runs/study/warmup || .venv/bin/cosearch warmup --questions runs/study/warmup.jsonl --exclude runs/study/heldout.jsonl --index indexes/dev-bm25 --out runs/study/warmup --max-turns 1 --k 3 --top-n 5 --max-new-tokens 64 --epochs 2 --lr 3e-5 --token-budget 2048
-    for preset in search-r1 fixed-ranker cosearch; do .venv/bin/cosearch train --preset $preset --config bench/learning.toml --name learn-$preset; done
+    .venv/bin/cosearch train --preset cosearch --config bench/learning.toml --name learn-cosearch
+    # fixed-ranker starts from the same models with the same greedy settings, so its eval-init is cosearch's
+    mkdir -p runs/learn-fixed-ranker && (test -d runs/learn-fixed-ranker/eval-init || cp -r runs/learn-cosearch/eval-init runs/learn-fixed-ranker/)
+    for preset in fixed-ranker search-r1; do .venv/bin/cosearch train --preset $preset --config bench/learning.toml --name learn-$preset; done
     .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --untrained smollm2 --png bench/results/learning_curves.png --json bench/results/learning_evidence.json
 
 # Fixed-set check (issue 7): GRPO raises the reward on the 8 training questions it sees every iteration.
