@@ -12,7 +12,9 @@ from rich.console import Console
 from cosearch_cli.errors import OutputExists
 from cosearch_cli.progress import Progress
 
-stderr = Console(stderr=True)
+# Messages are not wrapped at the console width: a path or a log line sent to a file (Slurm logs, `2> file`,
+# 80 columns by default) stays on one line; tables still fit the width.
+stderr = Console(stderr=True, soft_wrap=True)
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 FIXTURE_INDEX = "indexes/fixture"  # where `cosearch index fixture` and the demo build it
