@@ -78,7 +78,7 @@ learning-evidence:
     # fixed-ranker starts from the same models with the same greedy settings, so its eval-init is cosearch's
     mkdir -p runs/learn-fixed-ranker && (test -d runs/learn-fixed-ranker/eval-init || cp -r runs/learn-cosearch/eval-init runs/learn-fixed-ranker/)
     for preset in fixed-ranker search-r1; do .venv/bin/cosearch train --preset $preset --config bench/learning.toml --name learn-$preset; done
-    .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --untrained smollm2 --png bench/results/learning_curves.png --json bench/results/learning_evidence.json
+    .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --untrained smollm2 --shipped-eval runs/study/eval-shipped --png bench/results/learning_curves.png --json bench/results/learning_evidence.json
 
 # Fixed-set check (issue 7): GRPO raises the reward on the 8 training questions it sees every iteration.
 learning-overfit:

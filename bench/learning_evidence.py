@@ -56,7 +56,19 @@ def reranked(runner, calls, model: str, constrained: bool) -> list:
     return _RERANKED[key]
 
 
-def run_figures(run: Path, calls, untrained: str | None = None) -> dict:
+def shipped_records(run: Path, model: str, folder: Path) -> list:
+    """Greedy held-out rollouts of the shipped `model` as agent and ranker, with the run's own evaluation settings
+    (the run's Runner evaluates them); cached in `folder`."""
+    from cosearch_cli.train import Models, Runner, eval_questions, load_config, read_questions, read_records
+
+    config = load_config(run / "config.toml")
+    dev = eval_questions(read_questions(config.dev_questions), config.eval_limit)
+    print(f"evaluating the shipped {model} on {len(dev)} held-out questions -> {folder}", flush=True)
+    Runner(config).evaluate(folder, Models(model, model), dev)
+    return read_records(folder / "rollouts.jsonl")
+
+
+def run_figures(run: Path, calls, untrained: str | None = None, shipped: list | None = None) -> dict:
     """One run's before/after figures; the ranker is judged on the shared `calls`, and with `untrained` also
     against that model (e.g. the shipped 'smollm2') as a ranker on the same calls."""
     from cosearch_cli.gains import compare_runs
@@ -82,6 +94,10 @@ def run_figures(run: Path, calls, untrained: str | None = None) -> dict:
         extra = {"ranker_hit1_untrained": quality(scores)["hit1"], "untrained_ranker": untrained,
                  "ranker_vs_untrained": stats.get("diff"),
                  "ranker_vs_untrained_ci": [stats["ci_low"], stats["ci_high"]] if stats else None}
+    if shipped is not None:
+        versus = compare_runs(shipped, after)
+        extra |= {"agent_f1_shipped": versus["agent_f1_before"], "agent_f1_vs_shipped": versus["agent_f1_gain"],
+                  "agent_f1_vs_shipped_ci": versus["agent_f1_gain_ci"]}
     seconds = [sum(r["seconds"].values()) for r in load(run) if isinstance(r.get("seconds"), dict)]
     return {"preset": run.name, **{k: v for k, v in figures.items() if k != "bootstrap"}, **extra,
             "hours": round(sum(seconds) / 3600, 2), "bootstrap": figures["bootstrap"]}
@@ -96,16 +112,37 @@ def summary(figures: list[dict]) -> str:
         return "" if value is None else f"{value:.3f}"
 
     head = ("| run | questions | agent F1 start -> end | gain [95% CI] | ranker Hit@1 start -> end | gain [95% CI] "
-            "| retriever Hit@1 | end - retriever [95% CI] | untrained Hit@1 | end - untrained [95% CI] | hours |")
-    rows = [head, "|" + "---|" * 11]
+            "| retriever Hit@1 | end - retriever [95% CI] | untrained Hit@1 | end - untrained [95% CI] "
+            "| shipped agent F1 | end - shipped [95% CI] | hours |")
+    rows = [head, "|" + "---|" * 13]
     for f in figures:
         rows.append(f"| {f['preset']} | {f['questions']} | {num(f['agent_f1_before'])} -> {num(f['agent_f1_after'])} "
                     f"| {f['agent_f1_gain']:+.3f} {ci(f['agent_f1_gain_ci'])} "
                     f"| {num(f['ranker_hit1_before'])} -> {num(f['ranker_hit1_after'])} "
                     f"| {ci(f['ranker_hit1_gain_ci'])} | {num(f['retriever_hit1'])} "
                     f"| {ci(f['ranker_vs_retriever_ci'])} | {num(f.get('ranker_hit1_untrained'))} "
-                    f"| {ci(f.get('ranker_vs_untrained_ci'))} | {f['hours']} |")
+                    f"| {ci(f.get('ranker_vs_untrained_ci'))} | {num(f.get('agent_f1_shipped'))} "
+                    f"| {ci(f.get('agent_f1_vs_shipped_ci'))} | {f['hours']} |")
     return "\n".join(rows)
+
+
+def pairwise(runs: list[Path]) -> list[dict]:
+    """Every pair of runs' final agents on the same held-out questions: F1 of b - a with its paired CI."""
+    from cosearch_cli.gains import compare_runs
+    from cosearch_cli.train import load_config, read_records
+
+    def final(run: Path):
+        config = load_config(run / "config.toml")
+        return read_records(run / f"iter-{config.iterations - 1:04d}" / "eval" / "rollouts.jsonl")
+
+    out = []
+    for i, a in enumerate(runs):
+        for b in runs[i + 1:]:
+            figures = compare_runs(final(a), final(b))
+            out.append({"a": a.name, "b": b.name, "questions": figures["questions"],
+                        "agent_f1_a": figures["agent_f1_before"], "agent_f1_b": figures["agent_f1_after"],
+                        "b_minus_a": figures["agent_f1_gain"], "b_minus_a_ci": figures["agent_f1_gain_ci"]})
+    return out
 
 
 def main() -> None:
@@ -115,6 +152,9 @@ def main() -> None:
     ap.add_argument("--json", help="write the held-out figures of every run here (issue 14's fields)")
     ap.add_argument("--untrained", help="also score this model (e.g. smollm2, the shipped one) as a ranker on "
                                         "the shared held-out calls, against each run's final ranker")
+    ap.add_argument("--shipped-eval", help="folder for the greedy held-out evaluation of the --untrained model as "
+                                           "agent and ranker (the first LLM-ranker run's settings; reused when "
+                                           "present): each run's end is compared with it")
     ap.add_argument("--title", default="search-r1 vs fixed-ranker vs cosearch (SmolLM2-135M, equal budget)")
     args = ap.parse_args()
     runs = {Path(r).name: load(Path(r)) for r in args.runs}
@@ -129,9 +169,19 @@ def main() -> None:
         llm = [Path(r) for r in args.runs if load_config(Path(r) / "config.toml").ranker == "llm"]
         calls = fixed_calls(read_records(llm[0] / "eval-init" / "rollouts.jsonl")) if llm else None
         out = {"calls_from": str(llm[0]) if llm else None,
-               "presets": [run_figures(Path(r), calls, args.untrained) for r in args.runs]}
+               "presets": []}
+        shipped = None
+        if args.shipped_eval and args.untrained and llm:
+            shipped = shipped_records(llm[0], args.untrained, Path(args.shipped_eval))
+            out["shipped_eval"] = args.shipped_eval
+        out["presets"] = [run_figures(Path(r), calls, args.untrained, shipped) for r in args.runs]
+        out["pairwise_agent_f1"] = pairwise([Path(r) for r in args.runs])
         Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
         print(summary(out["presets"]))
+        for pair in out["pairwise_agent_f1"]:
+            low, high = pair["b_minus_a_ci"]
+            print(f"{pair['b']} - {pair['a']}: agent F1 {pair['b_minus_a']:+.3f} [{low:+.3f}, {high:+.3f}] "
+                  f"({pair['questions']} questions)")
 
 
 if __name__ == "__main__":
