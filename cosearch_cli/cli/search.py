@@ -18,7 +18,8 @@ _BATCH = 256
 @app.command("search")
 def search(
     query: Annotated[str | None, typer.Argument(help="One query; prints rank, score, id, title and text.")] = None,
-    index: Annotated[str, typer.Option("--index", help="Index folder (from `cosearch index`).")] = "indexes/fixture",
+    index: Annotated[str, typer.Option(
+        "--index", help="Index folder (from `cosearch index`), or http://HOST:PORT of `cosearch serve`.")] = "indexes/fixture",
     queries: Annotated[str | None, typer.Option(
         help="JSONL of questions (fields id and question) to search in batches; - for stdin. Writes one record "
              "per question.")] = None,

@@ -309,6 +309,11 @@ class DenseRetriever:
 
 
 def open_index(folder: str | Path) -> Index:
+    """Open an index folder, or connect to a `cosearch serve` server given as http://host:port (remote.py)."""
+    from cosearch_cli.index.remote import RemoteIndex, is_remote
+
+    if is_remote(folder):
+        return RemoteIndex(folder)
     folder = Path(folder)
     build_hint = "build it with `cosearch index fixture` or `cosearch index build --corpus PATH --out DIR`"
     if not folder.is_dir():
@@ -324,3 +329,10 @@ def open_index(folder: str | Path) -> Index:
         raise IndexError_(f"index format {manifest.get('format')!r}, this cosearch reads {INDEX_FORMAT}",
                           path=folder, fix="rebuild the index with this version")
     return Index(folder, manifest)
+
+
+def index_location(index: str | Path) -> str:
+    """How manifests record an index: a server's URL as given, a folder as an absolute path."""
+    from cosearch_cli.index.remote import is_remote
+
+    return index if is_remote(index) else str(Path(index).resolve())
