@@ -13,7 +13,7 @@ demo:
     .venv/bin/cosearch demo
 
 # Every speed and quality benchmark, one after another (long: hours on a 2-core CPU; see each recipe).
-bench: bench-group-reward bench-index bench-bm25-memory bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
+bench: bench-group-reward bench-index bench-serve bench-bm25-memory bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
 
 # Regenerate docs/cli.md from the commands' --help (tests/test_docs.py fails when it is stale).
 docs:
@@ -49,6 +49,13 @@ bench-threads shards="2" questions="2":
 # alternating in fresh processes (needs the trl extra). Results: bench/results/update_cpu.md.
 bench-update questions="1" group="8" repeats="2":
     nice -n 10 .venv/bin/python bench/bench_update.py --questions {{questions}} --group {{group}} --repeats {{repeats}} --out bench/results/update_cpu.md
+
+# `cosearch serve` under load vs a one-request-at-a-time server (`--serial`), side by side: BM25 k=50 on
+# indexes/dev-bm25, dev questions, 1/8/32 concurrent clients on loopback, each cell at most 3,000 requests or
+# 20 s (under 3 min in all). Results: bench/results/serve_load.md (+ .json).
+bench-serve:
+    test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
+    .venv/bin/python bench/serve_load.py --index indexes/dev-bm25 --questions '../shared/data/dev/*.jsonl' --k 50 --clients 1 8 32 --requests 3000 --max-seconds 20 --out bench/results/serve_load.md
 
 # Index build and search speed vs bm25s/faiss called directly, FAISS index types, and pyserini vs bm25s
 # (pass --pyserini /tmp/venv-pyserini/bin/python; README "BM25 backends" says how to make that venv).

@@ -70,7 +70,7 @@ class Http:
                 if exc.code < 500:
                     raise refused(f"the retrieval server refused {request.get_method()} "
                                   f"{request.selector}: {message}", path=self.url,
-                                  fix="see README 'Serving an index' for the request format") from None
+                                  fix="see README 'Serving an index: cosearch serve' for the request format") from None
                 last = f"HTTP {exc.code}: {message}"
             except (OSError, http.client.HTTPException) as exc:  # refused, reset, cut off mid-reply, timed out
                 reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
