@@ -20,6 +20,7 @@ Bad requests get a 4xx status and {"error": "<one line>"}; a failing search a 50
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -390,13 +391,22 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class _Threaded(ThreadingHTTPServer):
+class _Logged:
+    """One log line, not the standard library's traceback on stderr, for a connection that failed (e.g. a
+    client that gave up and closed it before the reply was written)."""
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        self.app.log(f"connection from {client_address[0]}:{client_address[1]} failed: {type(exc).__name__}: {exc}")
+
+
+class _Threaded(_Logged, ThreadingHTTPServer):
     daemon_threads = False  # server_close() joins the handlers: in-flight requests finish on shutdown
     block_on_close = True
     request_queue_size = 256  # 32+ clients connecting at once must not overflow the listen backlog
 
 
-class _Serial(HTTPServer):
+class _Serial(_Logged, HTTPServer):
     request_queue_size = 256
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -28,9 +29,10 @@ QUESTIONS = [json.loads(line)["question"] for line in (FIXTURES / "dev.jsonl").r
 
 
 @contextmanager
-def serving(index, retriever=None, **config):
+def serving(index, retriever=None, dense_index=None, **config):
     """A server on 127.0.0.1:<free port> in a background thread; yields it, shuts it down gracefully."""
-    server = make_server(index, retriever or index.retriever("bm25"), ServeConfig(port=0, **config))
+    server = make_server(index, retriever or index.retriever("bm25"), ServeConfig(port=0, **config),
+                         dense_index=dense_index)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
@@ -108,8 +110,8 @@ def test_reply_has_search_r1_shape(server, fixture_bm25):
 
 
 class Gated:
-    """The real BM25 retriever, whose first search waits until `expected` other requests are queued, so the
-    test knows they all meet in the next batch (no timing involved)."""
+    """The real BM25 retriever, but the search of the query "blocker" holds the batcher until `expected` other
+    requests are queued behind it, so the test knows they all meet in the next batch (no timing involved)."""
 
     name = "bm25"
 
@@ -117,25 +119,31 @@ class Gated:
         self.inner, self.expected = inner, expected
         self.server = None
         self.calls: list[int] = []
-        self.release = threading.Event()
+        self.entered = threading.Event()
 
     def search(self, queries, k):
-        if not self.calls:
-            batcher = self.server.app.batcher
-            while batcher.queued() < self.expected:
-                self.release.wait(0.01)
         self.calls.append(len(queries))
+        if queries == ["blocker"]:
+            self.entered.set()
+            batcher = self.server.app.batcher
+            for _ in range(6000):  # at most a minute (a broken batcher then fails the test, it does not hang)
+                if batcher.queued() >= self.expected:
+                    break
+                threading.Event().wait(0.01)
         return self.inner.search(queries, k)
 
 
 def test_concurrent_clients_get_their_own_hits_in_fewer_searches(fixture_bm25):
     clients = 12
     local = fixture_bm25.retriever("bm25")
-    gated = Gated(local, expected=clients - 1)
+    gated = Gated(local, expected=clients)
     with serving(fixture_bm25, gated, max_batch=64, max_wait_ms=0) as server:
         gated.server = server
         remote = open_index(url(server))
-        answers: dict[int, list] = {}
+        blocker = threading.Thread(target=lambda: remote.retriever().search(["blocker"], 1))
+        blocker.start()
+        assert gated.entered.wait(60)
+        answers: dict[int, tuple] = {}
 
         def client(i: int) -> None:
             queries, k = [QUESTIONS[i % 8], QUESTIONS[(i + 3) % 8]], 2 + i % 2  # two distinct k
@@ -144,16 +152,16 @@ def test_concurrent_clients_get_their_own_hits_in_fewer_searches(fixture_bm25):
         threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
         for thread in threads:
             thread.start()
-        for thread in threads:
+        for thread in [*threads, blocker]:
             thread.join()
         searches = server.app.searches
     for i in range(clients):
         got, expected = answers[i]
         assert [[(h.id, h.score) for h in hits] for hits in got] == [[(h.id, h.score) for h in hits]
                                                                     for hits in expected]
-    # the first request alone, then the other 11 together: one search per distinct k
-    assert searches == len(gated.calls) == 3 < clients
-    assert sorted(gated.calls) == [2, 10, 12]
+    # the blocker alone, then the 12 requests queued behind it in one batch: one search per distinct k
+    assert searches == len(gated.calls) == 3 < clients + 1
+    assert gated.calls == [1, 12, 12]
 
 
 BAD = [  # (method, path, body, headers, status, message)
@@ -268,13 +276,14 @@ def test_remote_refuses_a_retriever_the_server_does_not_serve(server):
 
 
 def test_shutdown_answers_the_request_in_flight(fixture_bm25):
-    gate = threading.Event()
+    entered, gate = threading.Event(), threading.Event()
 
     class Slow:
         name = "bm25"
 
         def search(self, queries, k):
-            gate.wait(30)
+            entered.set()
+            gate.wait(60)
             return fixture_bm25.retriever("bm25").search(queries, k)
 
     server = make_server(fixture_bm25, Slow(), ServeConfig(port=0))
@@ -284,13 +293,14 @@ def test_shutdown_answers_the_request_in_flight(fixture_bm25):
     client = threading.Thread(target=lambda: reply.update(
         zip(("status", "kind", "raw"), request(server, "POST", "/retrieve", b'{"queries": ["hamlet"], "topk": 2}'))))
     client.start()
-    while server.app.batcher.queued() == 0 and not server.app.searches:
-        gate.wait(0.01)  # the request is in the batcher
+    assert entered.wait(60)  # the request is being searched
     stopper = threading.Thread(target=lambda: (server.shutdown(), close_server(server)))
     stopper.start()
+    serve.join(60)  # no longer accepting ...
+    assert not serve.is_alive() and stopper.is_alive() and not reply  # ... but waiting for the request in flight
     gate.set()
-    stopper.join(30)
-    client.join(30)
+    stopper.join(60)
+    client.join(60)
     assert not stopper.is_alive() and reply["status"] == 200
     assert len(orjson.loads(reply["raw"])["result"][0]) == 2
 
@@ -370,3 +380,39 @@ def test_serve_refuses_a_port_in_use_and_bad_options(fixture_bm25):
     assert run_cli("serve", "--index", fixture_bm25.folder, "--max-batch", "0").exit_code == 4
     missing = run_cli("serve", "--index", fixture_bm25.folder / "nope")
     assert missing.exit_code == 6 and "no index folder here" in missing.stderr
+
+
+def test_dense_retriever_served_gives_the_local_hits(tmp_path):
+    folder = tmp_path / "fx"
+    assert run_cli("index", "fixture", "--out", folder, "--quiet").exit_code == 0
+    local = open_index(folder)
+    dense = local.retriever("dense")
+    with serving(local, dense, dense_index="flat") as server:
+        remote = open_index(url(server))
+        got, expected = remote.retriever("dense").search(QUESTIONS[:4], 5), dense.search(QUESTIONS[:4], 5)
+        assert [[(h.id, h.score) for h in hits] for hits in got] == [[(h.id, h.score) for h in hits]
+                                                                    for hits in expected]
+        with pytest.raises(IndexError_, match="serves the flat dense index, not hnsw"):
+            remote.retriever("dense", index_type="hnsw")
+        with pytest.raises(IndexError_, match="serves dense, not bm25"):
+            remote.retriever("bm25")
+
+
+def test_a_client_that_hangs_up_early_is_one_log_line(fixture_bm25, capsys):
+    lines: list[str] = []
+    server = make_server(fixture_bm25, fixture_bm25.retriever("bm25"), ServeConfig(port=0), log=lines.append)
+    try:
+        with socket.create_connection(server.server_address[:2], timeout=30) as sock:
+            sock.sendall(b"POST /retrieve HTTP/1.0\r\nContent-Length: 40\r\n\r\n")
+        server.handle_request()  # answers with the body cut short; a handler error goes through handle_error
+        try:
+            raise BrokenPipeError(32, "Broken pipe")
+        except BrokenPipeError:
+            server.handle_error(None, ("127.0.0.1", 5))
+    finally:
+        close_server(server)
+    # the reply to the closed connection fails as a reset or broken pipe (which one is up to the kernel)
+    assert all(re.fullmatch(r"connection from 127\.0\.0\.1:\d+ failed: (BrokenPipe|ConnectionReset)Error: .*", line)
+               for line in lines[:-1]) and len(lines) <= 2
+    assert lines[-1] == "connection from 127.0.0.1:5 failed: BrokenPipeError: [Errno 32] Broken pipe"
+    assert "Traceback" not in capsys.readouterr().err
