@@ -174,3 +174,17 @@ def test_nprobe_and_refine_factor_must_be_positive(tmp_path, encoder_dir):
     assert not (tmp_path / "ix").exists()
     with pytest.raises(ConfigError, match="nprobe 0 and refine factor 16 must be positive"):
         build_index(word_passages(), tmp_path / "lib", bm25=False, dense=str(encoder_dir), nprobe=0)
+
+
+def test_fewer_candidates_than_k_are_padded_like_faiss(tmp_path):
+    vectors = clustered(2000)
+    dense.write_refined(vectors, tmp_path / "r.faiss", ivf_lists=40)
+    index = dense.read_refined(tmp_path / "r.faiss")
+    index.nprobe, index.refine_factor = 1, 1  # one list of ~50 vectors cannot fill k=200
+    scores, rows = index.search(vectors[:3], 200)
+    listed = index.ivfpq.search(vectors[:3], 200)[1]
+    for score, row, found in zip(scores, rows, listed):
+        real = found[found >= 0]
+        assert 0 < len(real) < 200
+        assert sorted(row[: len(real)]) == sorted(real) and (row[len(real):] == -1).all()
+        assert np.isneginf(score[len(real):]).all() and (np.diff(score[: len(real)]) <= 0).all()
