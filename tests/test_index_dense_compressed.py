@@ -188,3 +188,17 @@ def test_fewer_candidates_than_k_are_padded_like_faiss(tmp_path):
         assert 0 < len(real) < 200
         assert sorted(row[: len(real)]) == sorted(real) and (row[len(real):] == -1).all()
         assert np.isneginf(score[len(real):]).all() and (np.diff(score[: len(real)]) <= 0).all()
+
+
+def test_encoding_writes_vectors_to_disk_chunk_by_chunk(tmp_path, encoder_dir):
+    encoder = dense.HFEncoder(str(encoder_dir))
+    passages = word_passages(10)
+    seen = []
+    mapped = dense.encode_corpus(encoder, iter(passages), chunk=4, out=tmp_path / "v.npy", count=10,
+                                 on_progress=seen.append)
+    assert isinstance(mapped, np.memmap) and seen == [4, 4, 2]
+    np.testing.assert_allclose(mapped, dense.encode_corpus(encoder, passages), atol=1e-6)
+    # a build that encodes keeps no copy of them in the index folder
+    build_index(passages, tmp_path / "ix", bm25=False, dense=str(encoder_dir), dense_index="ivfpq-refine",
+                cache_embeddings=False)
+    assert sorted(p.name for p in (tmp_path / "ix").rglob("*") if "embeddings" in p.name) == []

@@ -147,8 +147,9 @@ def wiki(corpus: CorpusPaths, out: Annotated[str, typer.Option(help="Index folde
     Passage text is streamed and never held in memory. BM25 is sharded by default: pass 1 tokenises each
     passage once and counts document frequencies (in memory: the vocabulary), pass 2 writes the shards with
     the global statistics (in memory: one shard), so memory stays flat as the corpus grows and scores equal
-    a bm25s index built in one piece. Dense vectors are held in memory while encoding; --dense-index
-    ivfpq-refine then builds in chunks and keeps them on disk as fp16 (README "Dense index types").
+    a bm25s index built in one piece. Encoded dense vectors wait in a scratch file on disk (4 x dim bytes a
+    passage); --dense-index ivfpq-refine builds from it in chunks and keeps them as fp16 (README "Dense index
+    types"), so its build memory stays small.
     """
     _run(corpus, out, bm25=bm25, bm25_backend=bm25_backend, shard_size=shard_size, dense=dense,
          dense_index=dense_index, batch_size=batch_size, cache=cache, overwrite=overwrite, quiet=quiet,

@@ -149,8 +149,9 @@ def _build(passages, tmp: Path, *, bm25: str | None, shard_size: int, encoder, t
                               f"{(len(store), encoder.dim)}", fix="encode this corpus with this encoder")
         if vectors is None and cache_embeddings:
             vectors = dense_mod.load_cached_embeddings(encoder.name, corpus_sha, len(store))
+        scratch = tmp / ".embeddings.f32.npy"  # encoded vectors wait on disk, not in memory; removed below
         if vectors is None:
-            vectors = dense_mod.encode_corpus(encoder, iter(store),
+            vectors = dense_mod.encode_corpus(encoder, iter(store), out=scratch, count=len(store),
                                               on_progress=(lambda n: on_progress("encode", n)) if on_progress
                                               else None)
             if cache_embeddings:
@@ -167,6 +168,8 @@ def _build(passages, tmp: Path, *, bm25: str | None, shard_size: int, encoder, t
         settings["dense"] = {"encoder": encoder_spec(encoder.name), "encoder_key": dense_mod.encoder_key(encoder.name),
                              "dim": encoder.dim, "prefixes": encoder.prefixes, "max_length": encoder.max_length,
                              "pooling": "mean", "normalize": True, "index_types": types}
+        del vectors
+        scratch.unlink(missing_ok=True)
         if any(kind in ("ivfpq", dense_mod.REFINED) for kind in types):
             settings["dense"]["nprobe"] = nprobe
         if dense_mod.REFINED in types:

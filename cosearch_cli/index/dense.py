@@ -144,22 +144,40 @@ def encoder_key(name: str) -> str:
     return "enc-" + digest.hexdigest()[:16]
 
 
-def encode_corpus(encoder: Encoder, passages, *, chunk: int = 4096,
-                  on_progress: Callable[[int], None] | None = None) -> np.ndarray:
-    """Embeddings of a passage stream, `chunk` passages at a time (memory stays bounded by the output)."""
+def encode_corpus(encoder: Encoder, passages, *, chunk: int = 4096, out: Path | None = None,
+                  count: int | None = None, on_progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Embeddings of a passage stream, `chunk` passages at a time. With `out` (and `count`, the number of
+    passages) they are written into a float32 .npy there and returned memory-mapped, so memory holds one
+    chunk (wiki-18 x e5: 64 GB on disk, not in RAM); without, they are returned in memory."""
+    target = None if out is None else np.lib.format.open_memmap(out, mode="w+", dtype=np.float32,
+                                                                shape=(count, getattr(encoder, "dim", 0)))
     parts: list[np.ndarray] = []
+    done = 0
+
+    def flush(buffer: list[Passage]) -> None:
+        nonlocal done
+        block = encoder.encode_passages(buffer).astype(np.float32)
+        if target is None:
+            parts.append(block)
+        else:
+            target[done:done + len(block)] = block
+        done += len(block)
+        if on_progress:
+            on_progress(len(block))
+
     buffer: list[Passage] = []
     for passage in passages:
         buffer.append(passage)
         if len(buffer) == chunk:
-            parts.append(encoder.encode_passages(buffer).astype(np.float32))
-            if on_progress:
-                on_progress(len(buffer))
+            flush(buffer)
             buffer = []
     if buffer:
-        parts.append(encoder.encode_passages(buffer).astype(np.float32))
-        if on_progress:
-            on_progress(len(buffer))
+        flush(buffer)
+    if target is not None:
+        assert done == count, f"encoded {done} passages, expected {count}"
+        target.flush()
+        del target
+        return np.load(out, mmap_mode="r")
     if not parts:
         return np.zeros((0, getattr(encoder, "dim", 0)), dtype=np.float32)
     return np.concatenate(parts)
@@ -369,7 +387,7 @@ def save_cached_embeddings(encoder_name: str, corpus_sha: str, vectors: np.ndarr
     sweep_temporaries(path.parent)
     tmp = temporary_path(path, ".npy")
     try:
-        np.save(tmp, vectors.astype(np.float32))
+        np.save(tmp, np.asarray(vectors, dtype=np.float32))  # a float32 memory map is written, not copied
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
