@@ -321,7 +321,8 @@ def bench_dense_search(queries, work: Path, repeats: int) -> tuple[list[tuple], 
 def bench_faiss_types(vectors, qvec, work: Path) -> list[tuple]:
     import numpy as np
 
-    from cosearch_cli.index.dense import REFINED, build_faiss, read_refined, refined_vectors_path, write_faiss, write_refined
+    from cosearch_cli.index.dense import (REFINED, build_faiss, read_refined, refined_vectors_path, write_faiss,
+                                          write_refined)
 
     out = []
     exact = None
@@ -334,8 +335,8 @@ def bench_faiss_types(vectors, qvec, work: Path) -> list[tuple]:
             index = build_faiss(vectors, kind)
             write_faiss(index, work / f"{kind}.faiss")
         build_s = time.perf_counter() - start
-        size = sum(path.stat().st_size for path in (work / f"{kind}.faiss", refined_vectors_path(work / f"{kind}.faiss"))
-                   if path.is_file()) / len(vectors)
+        files = (work / f"{kind}.faiss", refined_vectors_path(work / f"{kind}.faiss"))
+        size = sum(path.stat().st_size for path in files if path.is_file()) / len(vectors)
         start = time.perf_counter()
         _, rows = index.search(qvec, 50)
         qps = len(qvec) / (time.perf_counter() - start)
