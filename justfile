@@ -13,7 +13,7 @@ demo:
     .venv/bin/cosearch demo
 
 # Every speed and quality benchmark, one after another (long: hours on a 2-core CPU; see each recipe).
-bench: bench-group-reward bench-index bench-serve bench-bm25-memory bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
+bench: bench-group-reward bench-index bench-serve bench-dense-scale bench-bm25-memory bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
 
 # Regenerate docs/cli.md from the commands' --help (tests/test_docs.py fails when it is stale).
 docs:
@@ -62,6 +62,14 @@ bench-serve:
 # Dense rows need the cached MiniLM embeddings that `just bench-retrieval` makes. Results: bench/results/index_speed.md.
 bench-index *args:
     nice -n 10 .venv/bin/python bench/bench_index.py --data ../shared/data {{args}}
+
+# Dense index types at wiki-18 scale (issue 17): flat / hnsw / ivfpq / ivfpq-refine on the cached MiniLM vectors
+# of the shared corpus (encoded and cached first if missing: ~25+ min on 2 cores), recall@10/@50 vs flat, queries/s,
+# RAM and disk per passage, extrapolated to 21M x 768; dev recall@10/hit@5; 2 processes sharing one index; a real
+# 2M-passage ivfpq-refine build (real vectors tiled with noise; ~3 GB in /tmp; allow ~1 h on 2 cores).
+# Results: bench/results/dense_scale.md (+ .json).
+bench-dense-scale real_build="2000000" processes="2" *args:
+    nice -n 10 .venv/bin/python bench/dense_scale.py --data ../shared/data --encode-missing --real-build {{real_build}} --processes {{processes}} --out bench/results/dense_scale.md {{args}}
 
 # BM25 build memory and time, bm25s vs sharded: the shared corpus, then 300k and 1M passages made by repeating it
 # (in /tmp), extrapolated to wiki-18's 21M; also checks both give the same dev recall. ~15 min on 2 quiet cores.

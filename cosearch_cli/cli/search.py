@@ -29,7 +29,8 @@ def search(
     encoder: Annotated[str | None, typer.Option(help="Dense only: the encoder you expect the index to use; "
                                                      "refused when the index was built with another.")] = None,
     dense_index: Annotated[str | None, typer.Option(help="Dense only: which FAISS index of the folder "
-                                                         "(flat, hnsw, ivfpq; default: the first built).")] = None,
+                                                         "(flat, hnsw, ivfpq, ivfpq-refine; default: the first "
+                                                         "built).")] = None,
     text: Annotated[bool, typer.Option(help="Batch mode: include each hit's title and text.")] = False,
     quiet: Quiet = False,
 ) -> None:
