@@ -13,7 +13,7 @@ demo:
     .venv/bin/cosearch demo
 
 # Every speed and quality benchmark, one after another (long: hours on a 2-core CPU; see each recipe).
-bench: bench-group-reward bench-index bench-bm25-memory bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
+bench: bench-group-reward bench-index bench-serve bench-dense-scale bench-bm25-memory bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
 
 # Regenerate docs/cli.md from the commands' --help (tests/test_docs.py fails when it is stale).
 docs:
@@ -50,11 +50,26 @@ bench-threads shards="2" questions="2":
 bench-update questions="1" group="8" repeats="2":
     nice -n 10 .venv/bin/python bench/bench_update.py --questions {{questions}} --group {{group}} --repeats {{repeats}} --out bench/results/update_cpu.md
 
+# `cosearch serve` under load vs a one-request-at-a-time server (`--serial`), side by side: BM25 k=50 on
+# indexes/dev-bm25, dev questions, 1/8/32 concurrent clients on loopback, each cell at most 3,000 requests or
+# 20 s (under 3 min in all). Results: bench/results/serve_load.md (+ .json).
+bench-serve:
+    test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
+    .venv/bin/python bench/serve_load.py --index indexes/dev-bm25 --questions '../shared/data/dev/*.jsonl' --k 50 --clients 1 8 32 --requests 3000 --max-seconds 20 --out bench/results/serve_load.md
+
 # Index build and search speed vs bm25s/faiss called directly, FAISS index types, and pyserini vs bm25s
 # (pass --pyserini /tmp/venv-pyserini/bin/python; README "BM25 backends" says how to make that venv).
 # Dense rows need the cached MiniLM embeddings that `just bench-retrieval` makes. Results: bench/results/index_speed.md.
 bench-index *args:
     nice -n 10 .venv/bin/python bench/bench_index.py --data ../shared/data {{args}}
+
+# Dense index types at wiki-18 scale (issue 17): flat / hnsw / ivfpq / ivfpq-refine on the cached MiniLM vectors
+# of the shared corpus (encoded and cached first if missing: ~25+ min on 2 cores), recall@10/@50 vs flat, queries/s,
+# RAM and disk per passage, extrapolated to 21M x 768; dev recall@10/hit@5; 2 processes sharing one index; a real
+# 2M-passage ivfpq-refine build (real vectors tiled with noise; ~3 GB in /tmp; allow ~1 h on 2 cores).
+# Results: bench/results/dense_scale.md (+ .json).
+bench-dense-scale real_build="2000000" processes="2" *args:
+    nice -n 10 .venv/bin/python bench/dense_scale.py --data ../shared/data --encode-missing --real-build {{real_build}} --processes {{processes}} --out bench/results/dense_scale.md {{args}}
 
 # BM25 build memory and time, bm25s vs sharded: the shared corpus, then 300k and 1M passages made by repeating it
 # (in /tmp), extrapolated to wiki-18's 21M; also checks both give the same dev recall. ~15 min on 2 quiet cores.

@@ -50,8 +50,9 @@ def query_vectors(dataset: str, texts: list[str], encoder):
     return vectors
 
 
-def evaluate(index, kind: str, data: Path, batch: int = 512) -> dict[str, tuple[str, float, int, float]]:
-    retriever = index.retriever(kind)
+def evaluate(index, kind: str, data: Path, batch: int = 512,
+             index_type: str | None = None) -> dict[str, tuple[str, float, int, float]]:
+    retriever = index.retriever(kind, index_type=index_type)
     rows = {}
     for dataset in MULTI_HOP + SINGLE_HOP:
         questions = load_questions(data, dataset)

@@ -59,7 +59,7 @@ class TrainConfig:
     corpus: str = "fixtures/corpus.jsonl"
     """Corpus to index when `index` does not exist yet."""
     index: str = "indexes/fixture"
-    """Retrieval index folder (built from `corpus` if missing)."""
+    """Retrieval index folder (built from `corpus` if missing), or http://host:port of `cosearch serve`."""
     agent: str = "smollm2"
     """Initial agent model: 'smollm2' (embedded) or a local Hugging Face folder."""
     ranker_model: str = "smollm2"
@@ -546,7 +546,11 @@ class Runner:
     def index(self):
         if self._index is None:
             from cosearch_cli.index import Corpus, build_index, open_index
+            from cosearch_cli.index.remote import is_remote
 
+            if is_remote(self.config.index):  # a `cosearch serve` server: nothing to build here
+                self._index = open_index(self.config.index)
+                return self._index
             folder = Path(self.config.index)
             if not folder.exists():
                 self.log(f"building the index {folder} from {self.config.corpus}")

@@ -93,6 +93,7 @@ app = typer.Typer(
 STAGE_MODULES: tuple[str, ...] = (
     "index",
     "search",
+    "serve",
     "rollout",
     "evaluate",
     "oracle",

@@ -267,7 +267,8 @@ def ranker_command(
     calls: Annotated[str, typer.Option(
         help="Rollout file whose ranker calls (sub-query, question, candidates) are given again to the ranker: "
              "usually a greedy evaluation run (runs/NAME/eval-init/rollouts.jsonl).")],
-    index: Annotated[str, typer.Option(help="The index those calls were retrieved from (passage texts).")],
+    index: Annotated[str, typer.Option(help="The index those calls were retrieved from (passage texts): a folder, or "
+                                                    "http://HOST:PORT of `cosearch serve`.")],
     ranker_model: Annotated[str, typer.Option(help="Ranker to judge: 'smollm2' or a local HF folder.")],
     baseline_model: Annotated[str | None, typer.Option(
         help="A second ranker judged on the same calls (e.g. the untrained one); B - A is then "
@@ -293,7 +294,7 @@ def ranker_command(
     retriever's own order (what --ranker none shows) is scored on the same calls, and each difference gets a
     paired bootstrap interval that resamples questions within datasets, a question's calls together.
     """
-    from cosearch_cli.index import open_index
+    from cosearch_cli.index import index_location, open_index
     from cosearch_cli.ranker_quality import fixed_calls, paired_difference, quality, retriever_scores
 
     check_bootstrap(bootstrap, confidence)
@@ -312,7 +313,7 @@ def ranker_command(
     settings = dict(samples=bootstrap, seed=seed, confidence=confidence)
     differences = {f"{b}_vs_{a}": {metric: paired_difference(orders[a], orders[b], metric, **settings)
                                    for metric in ("hit1", "ndcg")} for b, a in pairs}
-    options = {"calls": calls, "index": str(Path(index).resolve()), "ranker_model": ranker_model,
+    options = {"calls": calls, "index": index_location(index), "ranker_model": ranker_model,
                "baseline_model": baseline_model, "constrain": constrain, "backend": backend,
                "bootstrap": bootstrap, "confidence": confidence, "k": fixed.k}
     manifest = make_manifest("evaluate-ranker", options, inputs=reader.hashes, seed=seed,
@@ -367,8 +368,8 @@ def compare_command(
     before: Annotated[str, typer.Argument(help="Greedy evaluation rollouts of the models before training.")],
     after: Annotated[str, typer.Argument(help="Greedy evaluation rollouts of the trained models, same questions.")],
     index: Annotated[str | None, typer.Option(
-        help="The index the rollouts searched; needed for the ranker figures (without it only the agent's are "
-             "given).")] = None,
+        help="The index the rollouts searched (a folder or http://HOST:PORT of `cosearch serve`); needed "
+             "for the ranker figures (without it only the agent's are given).")] = None,
     ranker_before: Annotated[str | None, typer.Option(
         help="The ranker model before training ('smollm2' or a local HF folder; default: none, i.e. the "
              "retriever's order, as a run without an LLM ranker shows).")] = None,
@@ -407,7 +408,7 @@ def compare_command(
     hashes = reader_before.hashes | reader_after.hashes
     fixed = scores_before = scores_after = None
     if index is not None:
-        from cosearch_cli.index import open_index
+        from cosearch_cli.index import index_location, open_index
 
         if calls in ("before", "after"):
             source = records_before if calls == "before" else records_after
@@ -426,7 +427,7 @@ def compare_command(
     report = compare_runs(records_before, records_after, calls=fixed, ranker_before=scores_before,
                           ranker_after=scores_after, samples=bootstrap, seed=seed, confidence=confidence,
                           yes_no_rule=yes_no_rule)
-    options = {"before": before, "after": after, "index": str(Path(index).resolve()) if index else None,
+    options = {"before": before, "after": after, "index": index_location(index) if index else None,
                "ranker_before": ranker_before, "ranker_after": ranker_after, "calls": calls,
                "constrain": constrain, "backend": backend, "yes_no_rule": yes_no_rule, "bootstrap": bootstrap,
                "confidence": confidence}

@@ -13,6 +13,7 @@ from cosearch_cli.cli import app
 from cosearch_cli.cli.common import FIXTURE_INDEX, FIXTURES, Overwrite, Quiet, progress, refuse_existing, stderr
 from cosearch_cli.index import Corpus, build_index
 from cosearch_cli.index.bm25_sharded import SHARD_SIZE
+from cosearch_cli.index.dense import NPROBE, REFINE_FACTOR, REFINED
 
 index_app = typer.Typer(help="Build retrieval indexes (doc store + BM25 and/or dense) from passage JSONL.",
                         no_args_is_help=True, rich_markup_mode=None)
@@ -34,7 +35,13 @@ ShardSize = Annotated[int, typer.Option(
          "0.5 GB per million passages) besides the vocabulary; searching reads every shard.")]
 DenseIndex = Annotated[list[str], typer.Option(
     "--dense-index", help="FAISS index type(s) for --dense: flat (exact, default), hnsw (faster queries, "
-                          "more memory), ivfpq (~1/32 of flat's memory, approximate). Repeat for several.")]
+                          "more memory), ivfpq (~1/32 of flat's memory, approximate), ivfpq-refine (ivfpq's "
+                          "memory; its candidates scored exactly from fp16 vectors kept on disk, "
+                          "memory-mapped). Repeat for several.")]
+Nprobe = Annotated[int, typer.Option(help="Inverted lists an ivfpq or ivfpq-refine search visits (more: better "
+                                          "recall, slower).")]
+RefineFactor = Annotated[int, typer.Option(help="ivfpq-refine scores refine-factor x k candidates exactly "
+                                                "(more: closer to flat's top k, slower).")]
 BatchSize = Annotated[int, typer.Option(help="Passages per encoder batch.")]
 Cache = Annotated[bool, typer.Option(help="Reuse and keep passage embeddings in the cache folder "
                                           "($COSEARCH_CACHE or ~/.cache/cosearch/embeddings).")]
@@ -42,10 +49,14 @@ Cache = Annotated[bool, typer.Option(help="Reuse and keep passage embeddings in 
 
 def _run(corpus: list[str], out: str, *, bm25: bool, dense: str | None, dense_index: list[str], batch_size: int,
          cache: bool, overwrite: bool, quiet: bool, bm25_backend: str = "bm25s", shard_size: int = SHARD_SIZE,
-         embeddings=None, total: int | None = None) -> dict:
+         embeddings=None, total: int | None = None, nprobe: int = NPROBE, refine_factor: int = REFINE_FACTOR) -> dict:
     refuse_existing(out, overwrite)
     options = {"corpus": corpus, "out": out, "bm25": bm25, "bm25_backend": bm25_backend, "dense": dense,
                "dense_index": dense_index, "batch_size": batch_size}
+    if {"ivfpq", REFINED} & set(dense_index):
+        options["nprobe"] = nprobe
+    if REFINED in dense_index:
+        options["refine_factor"] = refine_factor
     if bm25 and bm25_backend == "sharded":
         options["shard_size"] = shard_size
     with progress(quiet) as bar:
@@ -66,7 +77,7 @@ def _run(corpus: list[str], out: str, *, bm25: bool, dense: str | None, dense_in
         manifest = build_index(Corpus(corpus), out, bm25=bm25, bm25_backend=bm25_backend, shard_size=shard_size,
                                dense=dense, dense_index=dense_index, overwrite=overwrite, batch_size=batch_size,
                                cache_embeddings=cache, embeddings=embeddings, options=options,
-                               on_progress=on_progress)
+                               nprobe=nprobe, refine_factor=refine_factor, on_progress=on_progress)
     if not quiet:
         kinds = [k for k in ("bm25", "dense") if k in manifest]
         stderr.print(f"indexed {manifest['corpus']['passages']:,} passages ({', '.join(kinds)}) into {out}")
@@ -126,7 +137,8 @@ def wiki(corpus: CorpusPaths, out: Annotated[str, typer.Option(help="Index folde
          dense: Annotated[str | None, typer.Option(help="Also build a dense index with this encoder: 'minilm' or "
                                                         "a local Hugging Face encoder folder (e5-base-v2...). "
                                                         "Off by default: 21M passages take days on CPU.")] = None,
-         dense_index: DenseIndex = ["flat"], batch_size: BatchSize = 256,
+         dense_index: DenseIndex = ["flat"], nprobe: Nprobe = NPROBE, refine_factor: RefineFactor = REFINE_FACTOR,
+         batch_size: BatchSize = 256,
          cache: Annotated[bool, typer.Option(help="Keep a copy of the embeddings in the cache folder "
                                                   "(wiki-18 x e5: 64 GB; off by default).")] = False,
          overwrite: Overwrite = False, quiet: Quiet = False) -> None:
@@ -135,11 +147,13 @@ def wiki(corpus: CorpusPaths, out: Annotated[str, typer.Option(help="Index folde
     Passage text is streamed and never held in memory. BM25 is sharded by default: pass 1 tokenises each
     passage once and counts document frequencies (in memory: the vocabulary), pass 2 writes the shards with
     the global statistics (in memory: one shard), so memory stays flat as the corpus grows and scores equal
-    a bm25s index built in one piece. Dense vectors are held in memory (--dense-index ivfpq keeps them small).
+    a bm25s index built in one piece. Encoded dense vectors wait in a scratch file on disk (4 x dim bytes a
+    passage); --dense-index ivfpq-refine builds from it in chunks and keeps them as fp16 (README "Dense index
+    types"), so its build memory stays small.
     """
     _run(corpus, out, bm25=bm25, bm25_backend=bm25_backend, shard_size=shard_size, dense=dense,
          dense_index=dense_index, batch_size=batch_size, cache=cache, overwrite=overwrite, quiet=quiet,
-         total=None if quiet else _count_lines(corpus))
+         total=None if quiet else _count_lines(corpus), nprobe=nprobe, refine_factor=refine_factor)
 
 
 @index_app.command("build")
@@ -147,11 +161,13 @@ def build(corpus: CorpusPaths, out: Annotated[str, typer.Option(help="Index fold
           bm25: Bm25 = True, bm25_backend: Bm25Backend = "bm25s", shard_size: ShardSize = SHARD_SIZE,
           dense: Annotated[str | None, typer.Option(help="Also build a dense index with this encoder: 'minilm' "
                                                          "or a local Hugging Face encoder folder.")] = None,
-          dense_index: DenseIndex = ["flat"], batch_size: BatchSize = 64, cache: Cache = True,
-          overwrite: Overwrite = False, quiet: Quiet = False) -> None:
+          dense_index: DenseIndex = ["flat"], nprobe: Nprobe = NPROBE, refine_factor: RefineFactor = REFINE_FACTOR,
+          batch_size: BatchSize = 64, cache: Cache = True, overwrite: Overwrite = False,
+          quiet: Quiet = False) -> None:
     """Index any passage corpus (JSONL) into a folder."""
     _run(corpus, out, bm25=bm25, bm25_backend=bm25_backend, shard_size=shard_size, dense=dense,
-         dense_index=dense_index, batch_size=batch_size, cache=cache, overwrite=overwrite, quiet=quiet)
+         dense_index=dense_index, batch_size=batch_size, cache=cache, overwrite=overwrite, quiet=quiet,
+         nprobe=nprobe, refine_factor=refine_factor)
 
 
 def _count_lines(paths: list[str]) -> int | None:

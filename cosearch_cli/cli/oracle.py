@@ -91,7 +91,8 @@ class _Models:
 def oracle_command(
     questions: Annotated[list[str], typer.Option(
         "--questions", help="Question JSONL file(s) or quoted globs (the shared data's question shape).")],
-    index: Annotated[str, typer.Option(help="Index folder (from `cosearch index`).")],
+    index: Annotated[str, typer.Option(help="Index folder (from `cosearch index`), or http://HOST:PORT of "
+                                                           "`cosearch serve`.")],
     ranker: Annotated[list[str], typer.Option(
         help="Standard ranker(s) to compare with the oracle: llm (generative listwise) or none (retriever "
              "top-K). Repeat to study both; the oracle half is shared.")] = ["llm"],  # noqa: B006
@@ -155,11 +156,13 @@ def oracle_command(
                             lenient_ranker=lenient_ranker, **overrides)
     qs, reader = read_questions(questions, per_dataset)
     qs = interleave(qs)
+    from cosearch_cli.index import index_location
+
     folder = StudyFolder(Path(out))
     models = _Models(agent, ranker_model, index, constrain, {"device": device, "dtype": dtype})
 
     common = {"questions": reader.hashes, "per_dataset": per_dataset, "question_ids": len(qs), "agent": agent,
-              "index": str(Path(index).resolve()), "constrain": constrain, "preset": preset}
+              "index": index_location(index), "constrain": constrain, "preset": preset}
     common |= {key: value for key, value in config.sampling().items() if key not in ("ranker", "constrain")}
 
     def settings(half: str) -> dict:

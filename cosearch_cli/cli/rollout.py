@@ -55,7 +55,8 @@ def parse_shard(value: str | None) -> tuple[int, int]:
 def rollout(
     questions: Questions = None,
     index: Annotated[str | None, typer.Option(
-        help="Index folder from `cosearch index` (default: indexes/fixture, announced on stderr).")] = None,
+        help="Index folder from `cosearch index`, or http://HOST:PORT of `cosearch serve` (default: "
+             "indexes/fixture, announced on stderr).")] = None,
     n: Annotated[int | None, typer.Option(help="G: trajectories per question (default: --sizes').")] = None,
     agent: Annotated[str, typer.Option(help="Agent model: 'smollm2' (embedded) or a local HF folder.")] = "smollm2",
     ranker: Annotated[Literal["llm", "none", "oracle"], typer.Option(
@@ -112,7 +113,7 @@ def rollout(
     Pipe it into `cosearch group`. Without --questions and --index it runs the fixture's 104 training
     questions on indexes/fixture (with --n 8 about 40 min on a 2-core CPU: --limit runs fewer).
     """
-    from cosearch_cli.index import open_index
+    from cosearch_cli.index import index_location, open_index
     from cosearch_cli.rollout import LiveRollout, RolloutStats, constraint_factories, load_backend
     from cosearch_cli.rollout import preset as make_preset
     from cosearch_cli.rollout import run_rollouts
@@ -153,7 +154,7 @@ def rollout(
     agent_c, ranker_c = constraint_factories(constrain, agent, agent_backend, ranker_backend, ranker_model)
     config = replace(config, agent_constraint=agent_c, ranker_constraint=ranker_c)
 
-    options = {"questions": questions, "index": str(Path(index).resolve()), "agent": agent,
+    options = {"questions": questions, "index": index_location(index), "agent": agent,
                "ranker_model": ranker_model if ranker == "llm" else None, "backend": backend, **engine,
                "preset": preset,
                "shard": f"{shard_i}/{shard_n}", "limit": limit, "encoder": encoder, **config.sampling()}

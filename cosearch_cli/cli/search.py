@@ -18,7 +18,8 @@ _BATCH = 256
 @app.command("search")
 def search(
     query: Annotated[str | None, typer.Argument(help="One query; prints rank, score, id, title and text.")] = None,
-    index: Annotated[str, typer.Option("--index", help="Index folder (from `cosearch index`).")] = "indexes/fixture",
+    index: Annotated[str, typer.Option(
+        "--index", help="Index folder (from `cosearch index`), or http://HOST:PORT of `cosearch serve`.")] = "indexes/fixture",
     queries: Annotated[str | None, typer.Option(
         help="JSONL of questions (fields id and question) to search in batches; - for stdin. Writes one record "
              "per question.")] = None,
@@ -28,7 +29,8 @@ def search(
     encoder: Annotated[str | None, typer.Option(help="Dense only: the encoder you expect the index to use; "
                                                      "refused when the index was built with another.")] = None,
     dense_index: Annotated[str | None, typer.Option(help="Dense only: which FAISS index of the folder "
-                                                         "(flat, hnsw, ivfpq; default: the first built).")] = None,
+                                                         "(flat, hnsw, ivfpq, ivfpq-refine; default: the first "
+                                                         "built).")] = None,
     text: Annotated[bool, typer.Option(help="Batch mode: include each hit's title and text.")] = False,
     quiet: Quiet = False,
 ) -> None:

@@ -22,7 +22,8 @@ def warmup(
     questions: Annotated[list[str], typer.Option(
         "--questions", help="Training question JSONL file(s) or quoted globs (HotpotQA, MuSiQue, 2Wiki annotations "
                             "are used where present). Repeat for several files.")],
-    index: Annotated[str, typer.Option(help="Index folder from `cosearch index` (observations come from it).")],
+    index: Annotated[str, typer.Option(help="Index folder from `cosearch index`, or http://HOST:PORT of "
+                                                           "`cosearch serve` (observations come from it).")],
     out: Annotated[str, typer.Option(help="Folder for the fine-tuned checkpoint (safetensors, tokenizer, config) "
                                           "and demonstrations.jsonl.")],
     model: Annotated[str, typer.Option(help="Model to fine-tune: 'smollm2' (embedded) or a local HF folder.")]
@@ -67,7 +68,7 @@ def warmup(
     import torch
 
     from cosearch_cli.records import read_questions
-    from cosearch_cli.index import open_index
+    from cosearch_cli.index import index_location, open_index
     from cosearch_cli.models import load_causal_lm
     from cosearch_cli.update.precision import compute_in
     from cosearch_cli.rollout import preset as make_preset
@@ -119,7 +120,7 @@ def warmup(
         lm.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         _write_demos(tmp / "demonstrations.jsonl", demos, tokenizer)
-        options = {"questions": questions, "index": str(Path(index).resolve()), "model": model,
+        options = {"questions": questions, "index": index_location(index), "model": model,
                    "exclude": exclude or [], "preset": preset, "max_turns": config.max_turns, "k": config.k,
                    "top_n": config.top_n, "max_new_tokens": config.max_new_tokens, "retriever": retriever, "ranker": ranker,
                    "keep_unsupported": keep_unsupported, "limit": limit, **asdict(ft)}

@@ -42,13 +42,17 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
                 dense_index: str | Sequence[str] = "flat", bm25_backend: str = "bm25s",
                 shard_size: int = bm25_sharded.SHARD_SIZE, overwrite: bool = False, batch_size: int = 64,
                 cache_embeddings: bool = True, embeddings=None, options: dict | None = None,
+                nprobe: int = dense_mod.NPROBE, refine_factor: int = dense_mod.REFINE_FACTOR,
                 on_progress: Progress | None = None) -> dict:
     """Index `passages` into `folder` (BM25 and/or dense with encoder `dense`); returns the manifest.
 
     `passages` may be a `Corpus` (then errors name its files and lines) or any iterable of Passages.
     `bm25_backend`: "bm25s" (default), "sharded" (the same scores in bounded memory, `shard_size` passages a
     shard; for wiki-18) or "pyserini" (optional extra, Java 17; README "BM25 backends").
-    `dense_index`: one FAISS type or several ("flat", "hnsw", "ivfpq"), each stored as dense/<type>.faiss.
+    `dense_index`: one FAISS type or several ("flat", "hnsw", "ivfpq", "ivfpq-refine"), each stored as
+    dense/<type>.faiss (ivfpq-refine also keeps its fp16 vectors in dense/ivfpq-refine.f16.npy).
+    `nprobe`: inverted lists an ivfpq/ivfpq-refine search visits; `refine_factor`: ivfpq-refine scores
+    refine_factor * k candidates exactly (both recorded in the manifest).
     `embeddings`: precomputed passage vectors in corpus order (e.g. the fixture's shipped MiniLM vectors);
     otherwise they come from the embedding cache or are encoded (and cached).
     """
@@ -58,6 +62,9 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
         if kind not in dense_mod.INDEX_TYPES:
             raise ConfigError(f"unknown dense index type {kind!r}",
                               fix=f"use one of {', '.join(dense_mod.INDEX_TYPES)}")
+    if nprobe < 1 or refine_factor < 1:
+        raise ConfigError(f"nprobe {nprobe} and refine factor {refine_factor} must be positive",
+                          fix="pass --nprobe and --refine-factor of 1 or more")
     if bm25 and bm25_backend not in BM25_BACKENDS:
         raise ConfigError(f"unknown BM25 backend {bm25_backend!r}", fix=f"use {', '.join(BM25_BACKENDS)}")
     if bm25 and bm25_backend == "sharded" and shard_size < 1:
@@ -82,7 +89,8 @@ def build_index(passages: Iterable[Passage], folder: str | Path, *, bm25: bool =
         try:
             manifest = _build(passages, tmp, bm25=bm25_backend if bm25 else None, shard_size=shard_size,
                               encoder=encoder, types=types, embeddings=embeddings,
-                              cache_embeddings=cache_embeddings, options=options or {}, on_progress=on_progress)
+                              cache_embeddings=cache_embeddings, options=options or {}, on_progress=on_progress,
+                              nprobe=nprobe, refine_factor=refine_factor)
             _refuse_existing(folder, overwrite)  # again: something else may have made it meanwhile
             _replace_folder(tmp, folder)
         finally:
@@ -96,7 +104,7 @@ def _refuse_existing(folder: Path, overwrite: bool) -> None:
 
 
 def _build(passages, tmp: Path, *, bm25: str | None, shard_size: int, encoder, types, embeddings, cache_embeddings, options,
-           on_progress) -> dict:
+           on_progress, nprobe: int = dense_mod.NPROBE, refine_factor: int = dense_mod.REFINE_FACTOR) -> dict:
     import hashlib
 
     writer = DocStoreWriter(tmp)
@@ -141,8 +149,9 @@ def _build(passages, tmp: Path, *, bm25: str | None, shard_size: int, encoder, t
                               f"{(len(store), encoder.dim)}", fix="encode this corpus with this encoder")
         if vectors is None and cache_embeddings:
             vectors = dense_mod.load_cached_embeddings(encoder.name, corpus_sha, len(store))
+        scratch = tmp / ".embeddings.f32.npy"  # encoded vectors wait on disk, not in memory; removed below
         if vectors is None:
-            vectors = dense_mod.encode_corpus(encoder, iter(store),
+            vectors = dense_mod.encode_corpus(encoder, iter(store), out=scratch, count=len(store),
                                               on_progress=(lambda n: on_progress("encode", n)) if on_progress
                                               else None)
             if cache_embeddings:
@@ -151,10 +160,20 @@ def _build(passages, tmp: Path, *, bm25: str | None, shard_size: int, encoder, t
             on_progress("encode", len(store))
         (tmp / "dense").mkdir()
         for kind in types:
-            dense_mod.write_faiss(dense_mod.build_faiss(vectors, kind), tmp / "dense" / f"{kind}.faiss")
+            if kind == dense_mod.REFINED:
+                dense_mod.write_refined(vectors, tmp / "dense" / f"{kind}.faiss", nprobe=nprobe)
+            else:
+                dense_mod.write_faiss(dense_mod.build_faiss(vectors, kind, nprobe=nprobe),
+                                      tmp / "dense" / f"{kind}.faiss")
         settings["dense"] = {"encoder": encoder_spec(encoder.name), "encoder_key": dense_mod.encoder_key(encoder.name),
                              "dim": encoder.dim, "prefixes": encoder.prefixes, "max_length": encoder.max_length,
                              "pooling": "mean", "normalize": True, "index_types": types}
+        del vectors
+        scratch.unlink(missing_ok=True)
+        if any(kind in ("ivfpq", dense_mod.REFINED) for kind in types):
+            settings["dense"]["nprobe"] = nprobe
+        if dense_mod.REFINED in types:
+            settings["dense"]["refine_factor"] = refine_factor
     manifest = make_manifest("index", options, inputs=passages.file_hashes if isinstance(passages, Corpus) else {})
     manifest.pop("created")  # same inputs => byte-identical index, manifest included
     manifest.update({"format": INDEX_FORMAT, "corpus": {"sha256": corpus_sha, "passages": len(store)}, **settings})
@@ -275,10 +294,13 @@ class Index:
             raise IndexError_(f"no {index_type} dense index here (built: {', '.join(info['index_types'])})",
                               path=self.folder, fix=f"rebuild with --dense-index {index_type}")
         faiss_file = self.folder / "dense" / f"{index_type}.faiss"
-        try:
-            faiss_index = dense_mod.read_faiss(faiss_file)
-        except DAMAGED as exc:
-            raise damaged_index(faiss_file, exc) from None
+        if index_type == dense_mod.REFINED:
+            faiss_index = dense_mod.read_refined(faiss_file, refine_factor=info["refine_factor"])
+        else:
+            try:
+                faiss_index = dense_mod.read_faiss(faiss_file)
+            except DAMAGED as exc:
+                raise damaged_index(faiss_file, exc) from None
         model = dense_mod.HFEncoder(built_with, prefixes=info["prefixes"], max_length=info["max_length"])
         return DenseRetriever(model, faiss_index, self.docs.row_ids())
 
@@ -309,6 +331,11 @@ class DenseRetriever:
 
 
 def open_index(folder: str | Path) -> Index:
+    """Open an index folder, or connect to a `cosearch serve` server given as http://host:port (remote.py)."""
+    from cosearch_cli.index.remote import RemoteIndex, is_remote
+
+    if is_remote(folder):
+        return RemoteIndex(folder)
     folder = Path(folder)
     build_hint = "build it with `cosearch index fixture` or `cosearch index build --corpus PATH --out DIR`"
     if not folder.is_dir():
@@ -324,3 +351,10 @@ def open_index(folder: str | Path) -> Index:
         raise IndexError_(f"index format {manifest.get('format')!r}, this cosearch reads {INDEX_FORMAT}",
                           path=folder, fix="rebuild the index with this version")
     return Index(folder, manifest)
+
+
+def index_location(index: str | Path) -> str:
+    """How manifests record an index: a server's URL as given, a folder as an absolute path."""
+    from cosearch_cli.index.remote import is_remote
+
+    return index if is_remote(index) else str(Path(index).resolve())

@@ -1,0 +1,230 @@
+"""Load on `cosearch serve` against a one-request-at-a-time server doing the same searches, on loopback.
+
+Both servers are `cosearch serve` processes over the same index: one batching (handler threads, one batcher
+thread, --max-batch/--max-wait-ms), one `--serial` (one handler thread, no batcher: each request's search runs
+as it comes, as Search-R1's retrieval server does). Both are started first and stay up; for each client count
+the serial server and then cosearch serve get the same load, so the two sit side by side in one run.
+
+Load: C client threads in this process, each in a closed loop sending POST /retrieve with one dev question,
+topk=k, return_scores=true (Search-R1's request), a new connection a request (as `requests.post` does), until
+the cell's request count or its time bound is reached. Reported per cell: queries/s (completed requests / wall
+seconds), p50 and p99 latency, errors, and the server's index searches (from /health) per request. Every
+reply is checked for status 200; before the load both servers answer the same 20 questions and must agree.
+
+    .venv/bin/python bench/serve_load.py --out bench/results/serve_load.md      (the recipe: just bench-serve)
+    .venv/bin/python bench/serve_load.py --requests 50 --max-seconds 2 --out /tmp/serve_load.md  (a quick check)
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import http.client
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def machine() -> dict:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    memory = next((line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal")), None) if Path("/proc/meminfo").exists() else None
+    return {"cpu": model, "cpus": len(os.sched_getaffinity(0)),
+            "memory_gb": round(int(memory) / 1024 ** 2, 1) if memory else None,
+            "python": platform.python_version(), "system": f"{platform.system()} {platform.release()}"}
+
+
+def questions(pattern: str) -> list[str]:
+    texts = [orjson.loads(line)["question"] for path in sorted(glob.glob(pattern))
+             for line in Path(path).read_bytes().splitlines() if line.strip()]
+    if not texts:
+        raise SystemExit(f"no questions in {pattern}")
+    return texts
+
+
+class Server:
+    """One `cosearch serve` process on a free loopback port."""
+
+    def __init__(self, name: str, index: str, extra: list[str]):
+        self.name = name
+        command = [sys.executable, "-m", "cosearch_cli", "serve", "--index", index, "--port", "0", *extra]
+        self.process = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        line = self.process.stderr.readline()
+        if "http://127.0.0.1:" not in line:
+            self.process.kill()
+            raise SystemExit(f"{name}: the server did not start: {line}{self.process.stderr.read()}")
+        self.port = int(line.split("http://127.0.0.1:")[1].split(" ")[0])
+
+    def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            conn.request(method, path, body=body)
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def searches(self) -> int:
+        return orjson.loads(self.call("GET", "/health")[1])["searches"]
+
+    def stop(self) -> tuple[int, str]:
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=60)
+        return code, self.process.stderr.read().strip()
+
+
+def body(question: str, k: int) -> bytes:
+    return orjson.dumps({"queries": [question], "topk": k, "return_scores": True})
+
+
+def load(server: Server, bodies: list[bytes], clients: int, requests: int, max_seconds: float) -> dict:
+    """`clients` threads in closed loops until `requests` are answered or `max_seconds` have passed."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    issued = [0]
+    searches_before = server.searches()
+    started = time.perf_counter()
+    deadline = started + max_seconds
+
+    def client() -> None:
+        while True:
+            with lock:
+                if issued[0] >= requests or time.perf_counter() >= deadline:
+                    return
+                i = issued[0]
+                issued[0] += 1
+            t0 = time.perf_counter()
+            try:
+                status, raw = server.call("POST", "/retrieve", bodies[i % len(bodies)])
+            except OSError as exc:
+                status, raw = 0, str(exc).encode()
+            elapsed = time.perf_counter() - t0
+            with lock:
+                if status == 200:
+                    latencies.append(elapsed)
+                else:
+                    errors.append(f"{status}: {raw[:200]!r}")
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    searches = server.searches() - searches_before
+    latencies.sort()
+    done = len(latencies)
+    return {"requests": done, "errors": len(errors), "first_error": errors[0] if errors else None,
+            "seconds": round(wall, 2), "qps": round(done / wall, 1), "p50_ms": round(percentile(latencies, 0.5) * 1e3, 2),
+            "p99_ms": round(percentile(latencies, 0.99) * 1e3, 2),
+            "searches_per_request": round(searches / max(done, 1), 3)}
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--index", default="indexes/dev-bm25", help="index folder (BM25 over the shared corpus)")
+    parser.add_argument("--questions", default="../shared/data/dev/*.jsonl", help="question JSONL glob")
+    parser.add_argument("--k", type=int, default=50, help="topk of every request")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--requests", type=int, default=3000, help="requests per cell at most")
+    parser.add_argument("--max-seconds", type=float, default=20.0, help="seconds per cell at most")
+    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--out", default="bench/results/serve_load.md", help="Markdown (a .json twin beside it)")
+    args = parser.parse_args()
+    if not Path(ROOT / args.index).is_dir() and not Path(args.index).is_dir():
+        raise SystemExit(f"no index at {args.index}: build it with `cosearch index build --corpus "
+                         f"'../shared/data/corpus/*.jsonl' --out {args.index}`")
+    index = str(Path(args.index).resolve()) if Path(args.index).is_dir() else str(ROOT / args.index)
+    texts = questions(args.questions)
+    bodies = [body(q, args.k) for q in texts]
+    started = time.perf_counter()
+    before = uptime()
+    servers = {"serial": Server("serial", index, ["--serial"]),
+               "serve": Server("serve", index, ["--max-batch", str(args.max_batch),
+                                                "--max-wait-ms", str(args.max_wait_ms)])}
+    try:
+        for i in range(20):  # same answers from both, and both warm
+            replies = {name: s.call("POST", "/retrieve", bodies[i]) for name, s in servers.items()}
+            if replies["serial"] != replies["serve"] or replies["serve"][0] != 200:
+                raise SystemExit(f"the two servers disagree on question {i}")
+        rows = []
+        for clients in args.clients:
+            row = {"clients": clients}
+            for name in ("serial", "serve"):
+                row[name] = load(servers[name], bodies, clients, args.requests, args.max_seconds)
+                print(f"{clients:>3} clients  {name:<6} {row[name]}", file=sys.stderr)
+            row["throughput_ratio"] = round(row["serve"]["qps"] / row["serial"]["qps"], 2)
+            rows.append(row)
+    finally:
+        stops = {name: s.stop() for name, s in servers.items()}
+    after = uptime()
+    ratio_32 = next((row["throughput_ratio"] for row in rows if row["clients"] == 32), None)
+    result = {"machine": machine(), "uptime_before": before, "uptime_after": after,
+              "index": args.index, "questions": len(texts), "k": args.k, "max_batch": args.max_batch,
+              "max_wait_ms": args.max_wait_ms, "requests_per_cell": args.requests,
+              "max_seconds_per_cell": args.max_seconds, "rows": rows, "throughput_ratio_32": ratio_32,
+              "servers_exit": {name: code for name, (code, _) in stops.items()},
+              "wall_s": round(time.perf_counter() - started, 1),
+              "command": " ".join([Path(sys.executable).name, *sys.argv])}
+    result["per_clients"] = {str(row["clients"]): {name: {key: row[name][key] for key in ("qps", "p50_ms", "p99_ms")}
+                                                   for name in ("serve", "serial")} for row in rows}
+    write(result, Path(args.out))
+
+
+def write(result: dict, out: Path) -> None:
+    m = result["machine"]
+    lines = ["# `cosearch serve` under load vs a one-request-at-a-time server (loopback)", "",
+             f"`{result['command']}` ({result['wall_s']} s). BM25 k={result['k']} on `{result['index']}`, one "
+             f"question a request from {result['questions']:,} dev questions, Search-R1's request shape "
+             "(return_scores true, documents with their text), a new connection a request. cosearch serve: "
+             f"--max-batch {result['max_batch']} --max-wait-ms {result['max_wait_ms']:g}; serial: `cosearch serve "
+             "--serial` (one handler thread, each request searched as it comes). Per cell at most "
+             f"{result['requests_per_cell']:,} requests or {result['max_seconds_per_cell']:g} s; serial then "
+             "serve at each client count. Goal (issue 17): >= 4x the serial server's queries/s at 32 clients, "
+             "p99 < 1 s.", "",
+             f"Machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory_gb']} GB, Python {m['python']}, {m['system']}. "
+             f"Load before: `{result['uptime_before'].split('load average:')[-1].strip()}`, after: "
+             f"`{result['uptime_after'].split('load average:')[-1].strip()}`.", "",
+             "| clients | serial q/s | serial p50 ms | serial p99 ms | serve q/s | serve p50 ms | serve p99 ms | "
+             "serve / serial | searches per request (serve) | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in result["rows"]:
+        s, b = row["serial"], row["serve"]
+        lines.append(f"| {row['clients']} | {s['qps']} | {s['p50_ms']} | {s['p99_ms']} | {b['qps']} | {b['p50_ms']} | "
+                     f"{b['p99_ms']} | {row['throughput_ratio']}x | {b['searches_per_request']} | "
+                     f"{s['errors'] + b['errors']} |")
+    lines += ["", f"throughput_ratio_32: {result['throughput_ratio_32']}; servers' exit codes after SIGTERM: "
+                  f"{result['servers_exit']}."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""`cosearch serve`: an index folder behind Search-R1's HTTP retrieval API (the server is cosearch_cli/serve.py)."""
+
+from __future__ import annotations
+
+import errno
+import signal
+import threading
+from typing import Annotated
+
+import typer
+
+from cosearch_cli.cli import app
+from cosearch_cli.cli.common import Quiet, stderr
+from cosearch_cli.errors import ConfigError
+
+
+@app.command("serve")
+def serve(
+    index: Annotated[str, typer.Option(help="Index folder (from `cosearch index`) to serve.")],
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface; the API has no "
+                                           "authentication, keep it on a trusted network).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port, printed on stderr).")] = 8000,
+    max_batch: Annotated[int, typer.Option(help="Queries of concurrent requests searched together at most.")] = 64,
+    max_wait_ms: Annotated[float, typer.Option(
+        help="How long a batch waits for requests that are still being read (a lone client never waits).")] = 5.0,
+    retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: bm25 when the index has it).")] = None,
+    dense_index: Annotated[str | None, typer.Option(help="Dense only: which FAISS index of the folder "
+                                                         "(flat, hnsw, ivfpq; default: the first built).")] = None,
+    serial: Annotated[bool, typer.Option(help="Answer one request at a time with no batching (how Search-R1's "
+                                              "server behaves; the baseline of bench/serve_load.py).")] = False,
+    quiet: Quiet = False,
+) -> None:
+    """Serve an index over HTTP: POST /retrieve takes Search-R1's {"queries", "topk", "return_scores"} and
+    answers its {"result": ...} shape; GET /health describes the index. Point `--index http://HOST:PORT` of
+    search, rollout, oracle, warmup or evaluate (or `index = "http://..."` in a train config) at it. Ctrl-C or
+    SIGTERM stops it after the requests in flight are answered (exit 0)."""
+    from cosearch_cli.index import open_index
+    from cosearch_cli.index.remote import is_remote
+    from cosearch_cli.serve import ServeConfig, close_server, make_server
+
+    if max_batch < 1 or max_wait_ms < 0:
+        raise ConfigError(f"--max-batch must be >= 1 and --max-wait-ms >= 0, got {max_batch} and {max_wait_ms}",
+                          fix="e.g. --max-batch 64 --max-wait-ms 5")
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port {port} is not a port", fix="pass a port from 1 to 65535, or 0 for any free one")
+    if is_remote(index):
+        raise ConfigError("--index of `cosearch serve` must be a folder, not a server", fix="pass an index folder")
+    opened = open_index(index)
+    engine = opened.retriever(retriever, index_type=dense_index)
+    served_type = (dense_index or opened.manifest["dense"]["index_types"][0]) if engine.name == "dense" else None
+    config = ServeConfig(host=host, port=port, max_batch=1 if serial else max_batch, max_wait_ms=max_wait_ms,
+                         serial=serial)
+    log = (lambda message: None) if quiet else (lambda message: stderr.print(message, highlight=False, markup=False,
+                                                                                      soft_wrap=True))
+    try:
+        server = make_server(opened, engine, config, dense_index=served_type, log=log)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"{host}:{port} is already in use", fix="pass another --port (or stop the other "
+                                                                      "server)") from None
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc})",
+                          fix="pass another --host or --port") from None
+    bound_host, bound_port = server.server_address[:2]
+    mode = "one request at a time" if serial else f"batches of up to {max_batch} queries, {max_wait_ms:g} ms wait"
+    log(f"serving {index} ({engine.name}, {len(opened.docs):,} passages) on http://{bound_host}:{bound_port} "
+        f"({mode}); Ctrl-C stops")
+
+    def stop(signum, frame) -> None:  # serve_forever runs in this thread: shut it down from another
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        close_server(server)
+    log(f"stopped after {server.app.requests:,} requests and {server.app.searches:,} index searches")
