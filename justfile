@@ -42,8 +42,8 @@ bench-rollout questions="8" n="4" turns="2":
 # Two rollout shards at once (each --threads = CPUs / 2) vs one process with all cores, and vs two shards that
 # each take every core (torch's default before), on the same 2 fixture questions x G=4; records the load.
 # A few minutes on 2 quiet cores. Results: bench/results/threads.md (+ .json).
-bench-threads shards="2" questions="2":
-    .venv/bin/python bench/bench_threads.py --shards {{shards}} --questions {{questions}} --n 4 --oversub-timeout 120 --out bench/results/threads.md
+bench-threads shards="2" questions="16":
+    .venv/bin/python bench/bench_threads.py --shards {{shards}} --questions {{questions}} --n 4 --oversub-timeout 60 --out bench/results/threads.md
 
 # One GRPO update of SmolLM2-135M (fp32, CPU): `cosearch update` vs TRL's GRPO loss path on the same batch,
 # alternating in fresh processes (needs the trl extra). Results: bench/results/update_cpu.md.
