@@ -40,7 +40,8 @@ bench-rollout questions="8" n="4" turns="2":
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_rollout.py --questions {{questions}} --naive-questions 1 --n {{n}} --max-turns {{turns}} --max-new-tokens 80
 
 # Two rollout shards at once (each --threads = CPUs / 2) vs one process with all cores, and vs two shards that
-# each take every core (torch's default before), on the same 2 fixture questions x G=4; records the load.
+# each take every core (torch's default before), on the same 16 fixture questions x G=4 (8 a shard: one full
+# --question-chunk each); records the load.
 # A few minutes on 2 quiet cores. Results: bench/results/threads.md (+ .json).
 bench-threads shards="2" questions="16":
     .venv/bin/python bench/bench_threads.py --shards {{shards}} --questions {{questions}} --n 4 --oversub-timeout 60 --out bench/results/threads.md
