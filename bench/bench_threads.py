@@ -19,7 +19,6 @@ configuration. The machine's load (uptime) is recorded before and after each con
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -27,12 +26,9 @@ import time
 from pathlib import Path
 
 import orjson
+from results_io import uptime, write_results
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def generated_tokens(path: Path) -> int:
@@ -123,11 +119,7 @@ def main() -> None:
         below = "< " if row["below"] else ""
         lines.append(f"| {row['config']} | {row['processes']} x {row['threads_each']} | {tokens} | "
                      f"{row['wall_s']} | {below}{row['tokens_per_s']} | {below}{row['vs_one']:.2f}x | {lb} -> {la} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.out, "\n".join(lines) + "\n", result)
 
 
 if __name__ == "__main__":

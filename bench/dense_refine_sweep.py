@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from cosearch_cli.index import dense
+from results_io import load_average, write_results
 
 CACHE = Path.home() / ".cache" / "cosearch" / "embeddings"
 
@@ -37,7 +36,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     queries = queries[np.sort(rng.choice(len(queries), min(args.queries, len(queries)), replace=False))]
     exact = np.argsort(-(queries @ np.asarray(vectors, dtype=np.float32).T), axis=1, kind="stable")[:, :50]
-    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.split("load average:")[-1].strip()
+    load = load_average()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         faiss_path = Path(tmp) / "ivfpq-refine.faiss"
@@ -65,11 +64,7 @@ def main() -> None:
              "| nprobe | refine factor | recall@10 | recall@50 | queries/s |", "|---|---|---|---|---|"]
     lines += [f"| {r['nprobe']} | {r['refine_factor']} | {r['recall_at_10']:.3f} | {r['recall_at_50']:.3f} | "
               f"{r['qps']:,} |" for r in rows]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.out, "\n".join(lines) + "\n", result)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # retrieval_quality, beside this file
+from results_io import write_results  # noqa: E402
 
 WIKI18 = 21_015_324  # passages in the Search-R1/FlashRAG wiki-18 100-word dump
 E5_DIM = 768
@@ -434,10 +435,6 @@ def main() -> None:
         real = real_build(vectors, queries[:args.real_build_queries], args.real_build, args.noise, work)
 
     lines = report(args, source, results, quality, real, started)
-    text = "\n".join(lines) + "\n"
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
     refined = next((r for r in results if r["index_type"] == "ivfpq-refine"), results[-1])
     summary = {"index_type": refined["index_type"], "recall_at_50": refined["recall_at_50"],
                "ram_bytes_per_passage": refined["ram_bytes_per_passage"],
@@ -445,8 +442,7 @@ def main() -> None:
                "ram_gb_21m_768": refined["ram_gb_21m_768"], "real_build_passages": args.real_build,
                "vectors": source, "types": results, "dev_quality": quality, "real_build": real,
                "command": " ".join([Path(sys.executable).name, *sys.argv])}
-    out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(text)
+    write_results(args.out, "\n".join(lines) + "\n", summary)
 
 
 def real_build(vectors, queries, n: int, noise: float, work: Path) -> dict:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import glob
 import http.client
-import json
 import math
 import os
 import platform
@@ -32,12 +31,9 @@ import time
 from pathlib import Path
 
 import orjson
+from results_io import uptime, write_results
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def machine() -> dict:
@@ -220,10 +216,7 @@ def write(result: dict, out: Path) -> None:
     lines += ["", f"throughput_ratio_32: {result['throughput_ratio_32']}; servers' exit codes after SIGTERM: "
                   f"{result['servers_exit']}."]
     text = "\n".join(lines) + "\n"
-    print(text)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results(out, text, result)
 
 
 if __name__ == "__main__":

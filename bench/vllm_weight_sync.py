@@ -15,18 +15,14 @@ that must differ from the old weights' output. Run in an environment with vLLM (
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.split("load average:")[-1].strip()
+from results_io import load_average, write_results
 
 
 def perturbed_checkpoint(folder: Path, out: Path, scale: float, seed: int) -> None:
@@ -85,7 +81,7 @@ def main() -> None:
     prompts = ["The capital of France is", "Question: who wrote Hamlet?\nAnswer:", "Search query for the tallest"
                " mountain in Africa:", "1, 2, 3, 4,"]
     kwargs = dict(seed=0, dtype="float32", enable_prefix_caching=True)
-    load_before = uptime()
+    load_before = load_average()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
@@ -117,7 +113,7 @@ def main() -> None:
               f"{os.cpu_count()} CPUs", "first_load_s": round(first_load, 2), "rows": rows,
               "push_s_median": statistics.median(r["push_s"] for r in rows),
               "reload_s_median": statistics.median(r["reload_s"] for r in rows),
-              "load_before": load_before, "load_after": uptime(), "command": "python bench/vllm_weight_sync.py "
+              "load_before": load_before, "load_after": load_average(), "command": "python bench/vllm_weight_sync.py "
               f"--model {args.model} --repeats {args.repeats}"}
     result["reload_over_push"] = round(result["reload_s_median"] / result["push_s_median"], 1)
     lines = [f"# Weights to the vLLM engine after an update: reload vs push in place ({args.model}, vLLM "
@@ -129,11 +125,7 @@ def main() -> None:
               for r in rows]
     lines += ["", f"Median: push {result['push_s_median']} s, reload {result['reload_s_median']} s "
               f"({result['reload_over_push']}x)."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
-        Path(args.out).with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.out, "\n".join(lines) + "\n", result)
 
 
 if __name__ == "__main__":
