@@ -68,8 +68,9 @@ def main() -> None:
     ap.add_argument("results", nargs="+", type=Path, help="results Markdown files")
     for path in ap.parse_args().results:
         out = path.with_suffix(".json")
-        out.write_bytes(orjson.dumps(twin(path), option=orjson.OPT_INDENT_2) + b"\n")
-        print(f"{out}: {len(twin(path)['tables'])} table(s)")
+        figures = twin(path)
+        out.write_bytes(orjson.dumps(figures, option=orjson.OPT_INDENT_2) + b"\n")
+        print(f"{out}: {len(figures['tables'])} table(s)")
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ def update(
     engine = old_logprobs.rollout_engine(reader.upstream)
     recompute = old_logprobs.resolve(recompute_old_logprobs, engine, device=device_type, dtype=dtype)
     config = replace(config, recompute_old=recompute or (tis_cap > 0 and recompute_old_logprobs != "off"))
-    if not training_sequences(records, role):  # before any model is loaded
+    seqs = training_sequences(records, role)
+    if not seqs:  # before any model is loaded
         raise NothingToDo(f"no trainable {role} sequences in {len(records)} records: no kept {role} group has "
                           "a non-zero advantage", fix="check the reward stage's output; nothing was written")
 
@@ -123,7 +124,7 @@ def update(
     policy_name = resume or model
     info = read_info(policy_name) if Path(policy_name).is_dir() else {}
     if device_type.startswith("cuda"):  # refuse before any model is loaded when the update cannot fit the GPU
-        _check_update_memory(policy_name, config, training_sequences(records, role), quiet=quiet)
+        _check_update_memory(policy_name, config, seqs, quiet=quiet)
     if device == "auto":
         device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
     policy, tokenizer = _load_policy(policy_name, config, "cpu" if offload else device)  # FSDP places shards
