@@ -133,6 +133,9 @@ class TrainConfig:
     """AdamW learning rate of the warm-up."""
     warmup_token_budget: int = 4096
     """Tokens (rows x longest row) per warm-up step: smaller gives more, smaller steps over the same data."""
+    warmup_ranker_demos: str = "all"
+    """Ranker calls the warm-up trains on: "all", or "evidence" (some candidate bears a gold answer or title;
+    the others demonstrate the retriever's order, and a ranker warmed up on them learns to copy it)."""
     heldout_kl: int = 8
     """Sequences per role from the untrained models' dev evaluation on which each update's exact
     KL(new || old) is measured (a diagnostic; never trained on). 0: off."""
@@ -206,6 +209,8 @@ class TrainConfig:
                 self.warmup_token_budget < 1:
             problems.append(("warmup_questions/warmup_epochs/warmup_lr/warmup_token_budget",
                              "must be >= 0, >= 1, > 0 and >= 1"))
+        if self.warmup_ranker_demos not in ("all", "evidence"):
+            problems.append(("warmup_ranker_demos", f"must be 'all' or 'evidence', not {self.warmup_ranker_demos!r}"))
         if self.lr_warmup < 0 or self.max_grad_norm < 0 or self.max_draw < 0 or self.heldout_kl < 0:
             problems.append(("lr_warmup/max_grad_norm/max_draw/heldout_kl", "must be >= 0"))
         if self.norm_over not in ("batch", "trained"):
@@ -800,7 +805,8 @@ class Runner:
         rollout_config = RolloutConfig(n=1, max_turns=c.max_turns, top_n=c.top_n, k=c.k,
                                        max_new_tokens=c.max_new_tokens)
         demos = build_demonstrations(questions, index=self.index, tokenizer=tokenizer, config=rollout_config,
-                                     with_ranker=c.ranker == "llm" and c.ranker_model == c.agent, stats=stats)
+                                     with_ranker=c.ranker == "llm" and c.ranker_model == c.agent,
+                                     ranker_demos=c.warmup_ranker_demos, stats=stats)
         if not demos:
             raise NothingToDo("the warm-up found no demonstration: no question's searches showed a gold answer",
                               fix="check that the index holds the training questions' corpus, or warmup_questions = 0")

@@ -53,6 +53,7 @@ class DemoStats:
     agent: int = 0
     ranker: int = 0
     skipped_no_evidence: int = 0
+    ranker_uninformed_skipped: int = 0  # ranker calls with no answer-bearing or gold candidate, left out
     searches: int = 0
 
 
@@ -118,6 +119,18 @@ def demo_ranking(question: Question, candidates: Sequence[Passage], k: int) -> t
     return order, reason
 
 
+def informed(question: Question, candidates: Sequence[Passage]) -> bool:
+    """Whether the demonstration's order rests on evidence: some candidate bears an answer or a gold title.
+
+    Without one, `demo_ranking` falls back to the retriever's order, and a ranker fine-tuned on such calls
+    learns to copy the retriever.
+    """
+    gold_ids = set(question.extra.get("gold_passage_ids") or [])
+    titles = gold_titles(question)
+    return any(passage_has_answer(p, question.answers) or p.id in gold_ids or p.title.lower() in titles
+               for p in candidates)
+
+
 def pick_answer(question: Question, max_tokens: int, tokenizer) -> str:
     """The first gold alias, or the shortest one when the first does not fit the answer budget."""
     answers = [free_text(a, line=True) for a in question.answers if free_text(a, line=True)]
@@ -137,12 +150,17 @@ def _fit(tokenizer, text: str, max_tokens: int) -> str:
 
 def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, config: RolloutConfig,
                          limits: ConstraintLimits = ConstraintLimits(), require_evidence: bool = True,
-                         with_ranker: bool = True, stats: DemoStats | None = None) -> list[Demo]:
+                         with_ranker: bool = True, ranker_demos: str = "all",
+                         stats: DemoStats | None = None) -> list[Demo]:
     """Agent (and ranker) demonstrations for each question, in the rollout's exact token format.
 
     With `require_evidence`, a question whose shown passages never hold a gold answer gives no agent
     demonstration (it would teach answering from memory); its ranker demonstrations are kept.
+    `ranker_demos="evidence"` keeps only the ranker calls whose order rests on evidence (`informed`); "all"
+    also keeps those that fall back to the retriever's order.
     """
+    if ranker_demos not in ("all", "evidence"):
+        raise ValueError(f"ranker_demos must be 'all' or 'evidence', not {ranker_demos!r}")
     stats = stats if stats is not None else DemoStats()
     retriever = index.retriever(config.retriever)
     demos: list[Demo] = []
@@ -161,7 +179,10 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
             order, reason = demo_ranking(question, candidates, config.k)
             shown = [candidates[i] for i in order]
             shown_answer |= any(passage_has_answer(p, question.answers) for p in shown)
-            if with_ranker and candidates:
+            keep_ranker = ranker_demos == "all" or informed(question, candidates)
+            if with_ranker and candidates and not keep_ranker:
+                stats.ranker_uninformed_skipped += 1
+            if with_ranker and candidates and keep_ranker:
                 r_prompt = ranking.prompt_ids(tokenizer, question.question, query, candidates, config.k,
                                               config.ranker_passage_tokens)
                 output = ranker_output_ids(tokenizer, _fit(tokenizer, reason, limits.max_reason),

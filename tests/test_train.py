@@ -288,6 +288,9 @@ def test_warmup_runs_first_and_the_run_starts_from_it(tmp_path, tiny_model_dir):
     assert runner._reference("agent") is not None and runner._ref[0] == str(warm)
     with pytest.raises(ConfigError, match="warmup"):
         _config(tmp_path / "c", tiny_model_dir, warmup_epochs=0)
+    with pytest.raises(ConfigError, match="warmup_ranker_demos"):
+        _config(tmp_path / "d", tiny_model_dir, warmup_ranker_demos="some")
+    assert manifest["options"]["demonstrations"]["ranker_uninformed_skipped"] == 0  # "all" keeps every call
 
 
 def test_demo_summary_says_which_models_were_updated_with_how_many_groups(tmp_path):

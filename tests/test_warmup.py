@@ -219,3 +219,46 @@ def test_cli_writes_a_checkpoint_that_loads(tmp_path, tiny_lm, fixtures_dir, ind
 
 def test_demo_ranking_of_no_candidates_is_empty():
     assert demo_ranking(Question("q", "?", ["a"]), [], 3) == ([], "")
+
+
+def test_informed_calls_rest_on_an_answer_or_a_gold_title():
+    from cosearch_cli.records import Passage
+    from cosearch_cli.warmup import informed
+
+    q = Question("q", "Where was the husband of Jeanne Raunay born?", ["Évreux"], "2wikimultihopqa",
+                 ["André Beaunier"], extra={"gold_passage_ids": ["g"]})
+    nothing = [Passage("a", "Paris", "A city."), Passage("c", "Other", "Nothing.")]
+    assert not informed(q, nothing)
+    assert informed(q, nothing + [Passage("b", "Évreux", "Évreux is a commune.")])  # answer-bearing
+    assert informed(q, nothing + [Passage("x", "andré beaunier", "A critic.")])  # gold title, any case
+    assert informed(q, nothing + [Passage("g", "Elsewhere", "Text.")])  # gold passage id
+
+
+def test_evidence_ranker_demos_drop_the_calls_that_copy_the_retriever(train_questions, index, tiny_lm):
+    from cosearch_cli.warmup import DemoStats, informed
+
+    tokenizer = tiny_lm[1]
+    config = RolloutConfig(max_turns=2, top_n=10, k=3)
+    every, kept = DemoStats(), DemoStats()
+    all_demos = build_demonstrations(train_questions, index=index, tokenizer=tokenizer, config=config,
+                                     require_evidence=False, stats=every)
+    evidence = build_demonstrations(train_questions, index=index, tokenizer=tokenizer, config=config,
+                                    require_evidence=False, ranker_demos="evidence", stats=kept)
+    # the agent demonstrations are the same; only uninformed ranker calls go
+    assert [d.key for d in all_demos if d.role == "agent"] == [d.key for d in evidence if d.role == "agent"]
+    by_id = {q.id: q for q in train_questions}
+    uninformed = []
+    for d in all_demos:
+        if d.role != "ranker":
+            continue
+        hits = index.retriever().search(d.queries, config.top_n)[0]
+        if not informed(by_id[d.key.split("/")[0]], index.docs.get([h.id for h in hits])):
+            uninformed.append(d.key)
+    assert uninformed, "the fixture should hold some uninformed ranker calls"
+    assert kept.ranker_uninformed_skipped == len(uninformed) and every.ranker_uninformed_skipped == 0
+    assert kept.ranker == every.ranker - len(uninformed)
+    assert sorted(d.key for d in evidence if d.role == "ranker") == sorted(
+        d.key for d in all_demos if d.role == "ranker" and d.key not in uninformed)
+    with pytest.raises(ValueError, match="ranker_demos"):
+        build_demonstrations(train_questions[:1], index=index, tokenizer=tokenizer, config=config,
+                             ranker_demos="some")

@@ -43,6 +43,10 @@ def warmup(
         help="Agent tokens per turn: the gold answer is shortened to fit (default: --sizes').")] = None,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
     ranker: Annotated[bool, typer.Option(help="Also train on ranker demonstrations (same model).")] = True,
+    ranker_demos: Annotated[Literal["all", "evidence"], typer.Option(
+        help="Ranker calls to train on: 'all', or only 'evidence' ones (some candidate bears a gold answer or "
+             "title). Calls without evidence demonstrate the retriever's order, so a ranker warmed up on them "
+             "learns to copy the retriever.")] = "all",
     keep_unsupported: Annotated[bool, typer.Option(
         "--keep-unsupported", help="Keep agent demonstrations whose observations never show a gold answer "
                                    "(default: drop them; they teach answering from memory).")] = False,
@@ -97,13 +101,16 @@ def warmup(
 
     stats = DemoStats()
     demos = build_demonstrations(train, index=opened, tokenizer=tokenizer, config=config,
-                                 require_evidence=not keep_unsupported, with_ranker=ranker, stats=stats)
+                                 require_evidence=not keep_unsupported, with_ranker=ranker,
+                                 ranker_demos=ranker_demos, stats=stats)
     if not demos:
         raise NothingToDo("no demonstrations: no question's searches showed a gold answer",
                           fix="check that the index holds the questions' corpus, or pass --keep-unsupported")
     if not quiet:
         stderr.print(f"{stats.agent} agent and {stats.ranker} ranker demonstrations from {stats.questions} "
-                     f"questions ({stats.skipped_no_evidence} without evidence skipped)")
+                     f"questions ({stats.skipped_no_evidence} without evidence skipped"
+                     + (f"; {stats.ranker_uninformed_skipped} ranker calls without evidence skipped)"
+                        if ranker_demos == "evidence" else ")"))
     ft = FinetuneConfig(epochs=epochs, lr=lr, token_budget=token_budget, seed=seed)
     with progress(quiet) as bar:
         task = bar.add("warm-up", unit="steps")
@@ -123,7 +130,7 @@ def warmup(
         options = {"questions": questions, "index": index_location(index), "model": model,
                    "exclude": exclude or [], "preset": preset, "max_turns": config.max_turns, "k": config.k,
                    "top_n": config.top_n, "max_new_tokens": config.max_new_tokens, "retriever": retriever, "ranker": ranker,
-                   "keep_unsupported": keep_unsupported, "limit": limit, **asdict(ft)}
+                   "ranker_demos": ranker_demos, "keep_unsupported": keep_unsupported, "limit": limit, **asdict(ft)}
         manifest = make_manifest("warmup", options, inputs=hashes, seed=seed,
                                  upstream=reader.upstream + [opened.manifest])
         manifest["demonstrations"] = asdict(stats)
