@@ -133,6 +133,33 @@ def load(server: Server, bodies: list[bytes], clients: int, requests: int, max_s
             "searches_per_request": round(searches / max(done, 1), 3)}
 
 
+def search_cost(index: str, retriever_name: str | None, texts: list[str], k: int, count: int = 640,
+                batch: int = 32) -> dict:
+    """In this process, no HTTP: ms per query of the index's own search, one query a call and `batch` a call."""
+    from cosearch_cli.index import open_index
+
+    retriever = open_index(index).retriever(retriever_name)
+    sample = texts[:count]
+    retriever.search(sample[:batch], k)  # warm
+    started = time.perf_counter()
+    for text in sample:
+        retriever.search([text], k)
+    one = (time.perf_counter() - started) / len(sample)
+    started = time.perf_counter()
+    for i in range(0, len(sample), batch):
+        retriever.search(sample[i:i + batch], k)
+    batched = (time.perf_counter() - started) / len(sample)
+    return {"queries": len(sample), "batch": batch, "one_ms": round(one * 1e3, 3), "batched_ms": round(batched * 1e3, 3)}
+
+
+def http_floor(server: Server, count: int = 500) -> float:
+    """ms per GET /health from one client: a connection, a request and a tiny reply, no search."""
+    started = time.perf_counter()
+    for _ in range(count):
+        server.call("GET", "/health")
+    return round((time.perf_counter() - started) / count * 1e3, 3)
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return float("nan")
@@ -147,6 +174,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--requests", type=int, default=3000, help="requests per cell at most")
     parser.add_argument("--max-seconds", type=float, default=20.0, help="seconds per cell at most")
+    parser.add_argument("--retriever", default="bm25", help="bm25 or dense (both servers and the in-process cost)")
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
     parser.add_argument("--out", default="bench/results/serve_load.md", help="Markdown (a .json twin beside it)")
@@ -159,14 +187,16 @@ def main() -> None:
     bodies = [body(q, args.k) for q in texts]
     started = time.perf_counter()
     before = uptime()
-    servers = {"serial": Server("serial", index, ["--serial"]),
+    chosen = ["--retriever", args.retriever]
+    servers = {"serial": Server("serial", index, ["--serial", *chosen]),
                "serve": Server("serve", index, ["--max-batch", str(args.max_batch),
-                                                "--max-wait-ms", str(args.max_wait_ms)])}
+                                                "--max-wait-ms", str(args.max_wait_ms), *chosen])}
     try:
         for i in range(20):  # same answers from both, and both warm
             replies = {name: s.call("POST", "/retrieve", bodies[i]) for name, s in servers.items()}
             if replies["serial"] != replies["serve"] or replies["serve"][0] != 200:
                 raise SystemExit(f"the two servers disagree on question {i}")
+        floor_ms = http_floor(servers["serial"])
         rows = []
         for clients in args.clients:
             row = {"clients": clients}
@@ -177,15 +207,26 @@ def main() -> None:
             rows.append(row)
     finally:
         stops = {name: s.stop() for name, s in servers.items()}
+    cost = search_cost(index, args.retriever, texts, args.k) | {"http_floor_ms": floor_ms}
+    print(f"cost breakdown {cost}", file=sys.stderr)
     after = uptime()
     ratio_32 = next((row["throughput_ratio"] for row in rows if row["clients"] == 32), None)
     result = {"machine": machine(), "uptime_before": before, "uptime_after": after,
-              "index": args.index, "questions": len(texts), "k": args.k, "max_batch": args.max_batch,
+              "index": args.index, "retriever": args.retriever, "questions": len(texts), "k": args.k,
+              "max_batch": args.max_batch,
               "max_wait_ms": args.max_wait_ms, "requests_per_cell": args.requests,
               "max_seconds_per_cell": args.max_seconds, "rows": rows, "throughput_ratio_32": ratio_32,
-              "servers_exit": {name: code for name, (code, _) in stops.items()},
+              "cost": cost, "servers_exit": {name: code for name, (code, _) in stops.items()},
+              "servers_stderr_tail": {name: err.splitlines()[-2:] for name, (code, err) in stops.items() if code},
               "wall_s": round(time.perf_counter() - started, 1),
               "command": " ".join([Path(sys.executable).name, *sys.argv])}
+    # What batching can save at best: the serial server spends 1000/qps ms a request at one client, of which
+    # the search is `one_ms`; a batch of 32 costs `batched_ms` a query, the rest (HTTP, JSON, documents) stays.
+    serial_ms = 1e3 / rows[0]["serial"]["qps"] if rows and rows[0]["clients"] == 1 else None
+    if serial_ms:
+        cost["serial_request_ms"] = round(serial_ms, 3)
+        cost["search_share"] = round(cost["one_ms"] / serial_ms, 3)
+        cost["batching_ceiling_one_core"] = round(serial_ms / (serial_ms - cost["one_ms"] + cost["batched_ms"]), 2)
     result["per_clients"] = {str(row["clients"]): {name: {key: row[name][key] for key in ("qps", "p50_ms", "p99_ms")}
                                                    for name in ("serve", "serial")} for row in rows}
     write(result, Path(args.out))
@@ -194,7 +235,7 @@ def main() -> None:
 def write(result: dict, out: Path) -> None:
     m = result["machine"]
     lines = ["# `cosearch serve` under load vs a one-request-at-a-time server (loopback)", "",
-             f"`{result['command']}` ({result['wall_s']} s). BM25 k={result['k']} on `{result['index']}`, one "
+             f"`{result['command']}` ({result['wall_s']} s). {result.get('retriever', 'bm25')} k={result['k']} on `{result['index']}`, one "
              f"question a request from {result['questions']:,} dev questions, Search-R1's request shape "
              "(return_scores true, documents with their text), a new connection a request. cosearch serve: "
              f"--max-batch {result['max_batch']} --max-wait-ms {result['max_wait_ms']:g}; serial: `cosearch serve "
@@ -215,6 +256,24 @@ def write(result: dict, out: Path) -> None:
                      f"{s['errors'] + b['errors']} |")
     lines += ["", f"throughput_ratio_32: {result['throughput_ratio_32']}; servers' exit codes after SIGTERM: "
                   f"{result['servers_exit']}."]
+    for name, tail in (result.get("servers_stderr_tail") or {}).items():
+        lines += ["", f"The {name} server exited {result['servers_exit'][name]} after SIGTERM, after answering every "
+                      f"request; its last stderr lines: `{' / '.join(tail)}`."]
+    if result.get("retriever", "bm25") != "bm25":
+        lines += ["", "The issue's goal is stated for BM25. With the dense retriever a search is mostly encoding the "
+                      "query with the local encoder, which costs less a query in one batched forward pass: the "
+                      "case where batching concurrent clients pays."]
+    c = result.get("cost")
+    if c and "serial_request_ms" in c:
+        lines += ["", "Where a request's time goes (same run; the search measured in this process without HTTP, "
+                      f"{c['queries']} questions): the serial server takes {c['serial_request_ms']} ms a request at "
+                      f"one client; its search alone {c['one_ms']} ms a query one at a time, {c['batched_ms']} ms a "
+                      f"query in batches of {c['batch']}; a GET /health round trip (connection, request, tiny "
+                      f"reply, no search) {c['http_floor_ms']} ms. So the search is {c['search_share']:.0%} of a "
+                      "request, and batching the searches of concurrent clients can make a request at most "
+                      f"{c['batching_ceiling_one_core']}x cheaper on one core; the rest is HTTP, JSON and the "
+                      "documents' text, paid per request. Beyond that only more cores help, and this 2-core "
+                      "machine also runs the load's client threads."]
     text = "\n".join(lines) + "\n"
     write_results(out, text, result)
 
