@@ -91,16 +91,17 @@ bench-retrieval:
 
 # Learning evidence (issues 7, 14): search-r1, fixed-ranker and cosearch at equal compute from one supervised
 # warm-up of the shipped SmolLM2, evaluated greedy on 210 held-out dev questions (stratified, never trained,
-# warmed up or tuned on). About 1.5 h on this 2-core machine. Results: bench/results/learning_evidence.md.
+# warmed up or tuned on). Study 3 took 2.5 h of wall time on this 2-core machine with the three runs side by side
+# (`--threads 1` each); one after another, expect longer. Results: bench/results/learning_evidence.md.
 learning-evidence:
     test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
-    .venv/bin/python bench/learning_split.py --heldout 210 --warmup 56 --out runs/study
-    test -d runs/study/warmup || .venv/bin/cosearch warmup --questions runs/study/warmup.jsonl --exclude runs/study/heldout.jsonl --index indexes/dev-bm25 --out runs/study/warmup --max-turns 1 --k 3 --top-n 5 --max-new-tokens 64 --epochs 2 --lr 3e-5 --token-budget 2048
+    .venv/bin/python bench/learning_split.py --heldout 210 --warmup 168 --train-dev-per-dataset 60 --out runs/study3
+    test -d runs/study3/warmup || .venv/bin/cosearch warmup --questions runs/study3/warmup.jsonl --exclude runs/study3/heldout.jsonl --index indexes/dev-bm25 --out runs/study3/warmup --max-turns 1 --k 3 --top-n 5 --max-new-tokens 64 --epochs 2 --lr 3e-5 --token-budget 2048 --ranker-demos evidence
     .venv/bin/cosearch train --preset cosearch --config bench/learning.toml --name learn-cosearch
     # fixed-ranker starts from the same models with the same greedy settings, so its eval-init is cosearch's
     mkdir -p runs/learn-fixed-ranker && (test -d runs/learn-fixed-ranker/eval-init || cp -r runs/learn-cosearch/eval-init runs/learn-fixed-ranker/)
     for preset in fixed-ranker search-r1; do .venv/bin/cosearch train --preset $preset --config bench/learning.toml --name learn-$preset; done
-    .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --untrained smollm2 --shipped-eval runs/study/eval-shipped --png bench/results/learning_curves.png --json bench/results/learning_evidence.json
+    .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --untrained smollm2 --shipped-eval runs/study3/eval-shipped --png bench/results/learning_curves.png --json bench/results/learning_evidence.json
 
 # Fixed-set check (issue 7): GRPO raises the reward on the 8 training questions it sees every iteration.
 learning-overfit:
