@@ -135,7 +135,8 @@ class TrainConfig:
     """Tokens (rows x longest row) per warm-up step: smaller gives more, smaller steps over the same data."""
     warmup_ranker_demos: str = "all"
     """Ranker calls the warm-up trains on: "all", or "evidence" (some candidate bears a gold answer or title;
-    the others demonstrate the retriever's order, and a ranker warmed up on them learns to copy it)."""
+    the others demonstrate the retriever's order, and a ranker warmed up on them learns to copy it), or
+    "shuffled" (the evidence calls, candidates listed in a fixed random order; `cosearch warmup --help`)."""
     heldout_kl: int = 8
     """Sequences per role from the untrained models' dev evaluation on which each update's exact
     KL(new || old) is measured (a diagnostic; never trained on). 0: off."""
@@ -209,8 +210,9 @@ class TrainConfig:
                 self.warmup_token_budget < 1:
             problems.append(("warmup_questions/warmup_epochs/warmup_lr/warmup_token_budget",
                              "must be >= 0, >= 1, > 0 and >= 1"))
-        if self.warmup_ranker_demos not in ("all", "evidence"):
-            problems.append(("warmup_ranker_demos", f"must be 'all' or 'evidence', not {self.warmup_ranker_demos!r}"))
+        if self.warmup_ranker_demos not in ("all", "evidence", "shuffled"):
+            problems.append(("warmup_ranker_demos",
+                             f"must be 'all', 'evidence' or 'shuffled', not {self.warmup_ranker_demos!r}"))
         if self.lr_warmup < 0 or self.max_grad_norm < 0 or self.max_draw < 0 or self.heldout_kl < 0:
             problems.append(("lr_warmup/max_grad_norm/max_draw/heldout_kl", "must be >= 0"))
         if self.norm_over not in ("batch", "trained"):

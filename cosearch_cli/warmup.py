@@ -148,6 +148,16 @@ def _fit(tokenizer, text: str, max_tokens: int) -> str:
 # Demonstrations
 
 
+RANKER_DEMOS = ("all", "evidence", "shuffled")
+
+
+def shuffled_positions(key: str, n: int) -> list[int]:
+    """A fixed permutation of range(n) for one ranker call, seeded by the call's key (same key, same order)."""
+    order = list(range(n))
+    random.Random(key).shuffle(order)
+    return order
+
+
 def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, config: RolloutConfig,
                          limits: ConstraintLimits = ConstraintLimits(), require_evidence: bool = True,
                          with_ranker: bool = True, ranker_demos: str = "all",
@@ -157,10 +167,12 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
     With `require_evidence`, a question whose shown passages never hold a gold answer gives no agent
     demonstration (it would teach answering from memory); its ranker demonstrations are kept.
     `ranker_demos="evidence"` keeps only the ranker calls whose order rests on evidence (`informed`); "all"
-    also keeps those that fall back to the retriever's order.
+    also keeps those that fall back to the retriever's order; "shuffled" keeps the evidence calls and shows
+    their candidates in a fixed random order (`shuffled_positions`), so that the demonstrated choice is not
+    the first position whenever the retriever ranked the evidence first.
     """
-    if ranker_demos not in ("all", "evidence"):
-        raise ValueError(f"ranker_demos must be 'all' or 'evidence', not {ranker_demos!r}")
+    if ranker_demos not in RANKER_DEMOS:
+        raise ValueError(f"ranker_demos must be one of {', '.join(RANKER_DEMOS)}, not {ranker_demos!r}")
     stats = stats if stats is not None else DemoStats()
     retriever = index.retriever(config.retriever)
     demos: list[Demo] = []
@@ -179,14 +191,18 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
             order, reason = demo_ranking(question, candidates, config.k)
             shown = [candidates[i] for i in order]
             shown_answer |= any(passage_has_answer(p, question.answers) for p in shown)
-            keep_ranker = ranker_demos == "all" or informed(question, candidates)
+            keep_ranker = ranker_demos == "all" or informed(question, candidates)  # evidence, shuffled: informed
             if with_ranker and candidates and not keep_ranker:
                 stats.ranker_uninformed_skipped += 1
             if with_ranker and candidates and keep_ranker:
-                r_prompt = ranking.prompt_ids(tokenizer, question.question, query, candidates, config.k,
+                listed, r_order, r_reason = candidates, order, reason
+                if ranker_demos == "shuffled":
+                    listed = [candidates[i] for i in shuffled_positions(f"{question.id}/t{turn}", len(candidates))]
+                    r_order, r_reason = demo_ranking(question, listed, config.k)
+                r_prompt = ranking.prompt_ids(tokenizer, question.question, query, listed, config.k,
                                               config.ranker_passage_tokens)
-                output = ranker_output_ids(tokenizer, _fit(tokenizer, reason, limits.max_reason),
-                                           [i + 1 for i in order])
+                output = ranker_output_ids(tokenizer, _fit(tokenizer, r_reason, limits.max_reason),
+                                           [i + 1 for i in r_order])
                 demos.append(Demo(f"{question.id}/ranker/t{turn}", "ranker", r_prompt + output,
                                   [0] * len(r_prompt) + [1] * len(output), queries=[query]))
                 stats.ranker += 1

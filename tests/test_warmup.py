@@ -262,3 +262,46 @@ def test_evidence_ranker_demos_drop_the_calls_that_copy_the_retriever(train_ques
     with pytest.raises(ValueError, match="ranker_demos"):
         build_demonstrations(train_questions[:1], index=index, tokenizer=tokenizer, config=config,
                              ranker_demos="some")
+
+
+def test_shuffled_positions_are_a_fixed_permutation():
+    from cosearch_cli.warmup import shuffled_positions
+
+    first = shuffled_positions("q1/t0", 5)
+    assert sorted(first) == [0, 1, 2, 3, 4] and shuffled_positions("q1/t0", 5) == first
+    assert any(shuffled_positions(f"q{i}/t0", 5) != first for i in range(2, 6))
+    assert shuffled_positions("q1/t0", 1) == [0] and shuffled_positions("q1/t0", 0) == []
+
+
+def test_shuffled_ranker_demos_list_the_candidates_in_the_permuted_order(train_questions, index, tiny_lm):
+    from cosearch_cli import ranker as ranking
+    from cosearch_cli.metrics import passage_has_answer
+    from cosearch_cli.warmup import DemoStats, demo_ranking, informed, shuffled_positions
+
+    tokenizer = tiny_lm[1]
+    config = RolloutConfig(max_turns=2, top_n=10, k=3)
+    kept, shuffled = DemoStats(), DemoStats()
+    evidence = build_demonstrations(train_questions, index=index, tokenizer=tokenizer, config=config,
+                                    require_evidence=False, ranker_demos="evidence", stats=kept)
+    mixed = build_demonstrations(train_questions, index=index, tokenizer=tokenizer, config=config,
+                                 require_evidence=False, ranker_demos="shuffled", stats=shuffled)
+    # the same calls are kept, and the agent demonstrations do not change
+    assert [d.key for d in mixed] == [d.key for d in evidence] and shuffled.ranker == kept.ranker
+    assert all(m.token_ids == e.token_ids for m, e in zip(mixed, evidence) if m.role == "agent")
+    by_id = {q.id: q for q in train_questions}
+    moved = 0
+    for d in (d for d in mixed if d.role == "ranker"):
+        question = by_id[d.key.split("/")[0]]
+        hits = index.retriever().search(d.queries, config.top_n)[0]
+        candidates = index.docs.get([h.id for h in hits])
+        listed = [candidates[i] for i in shuffled_positions(f"{question.id}/t{d.key[-1]}", len(candidates))]
+        prompt = ranking.prompt_ids(tokenizer, question.question, d.queries[0], listed, config.k,
+                                    config.ranker_passage_tokens)
+        assert d.token_ids[:len(prompt)] == prompt  # the prompt lists the candidates in the permuted order
+        order, _ = demo_ranking(question, listed, config.k)
+        chosen = listed[order[0]]
+        best = candidates[demo_ranking(question, candidates, config.k)[0][0]]  # the unshuffled demo's choice
+        assert informed(question, [chosen]) and \
+            passage_has_answer(chosen, question.answers) == passage_has_answer(best, question.answers)
+        moved += order[0] != candidates.index(chosen)
+    assert moved, "some demonstrated first choice should sit at another position than the retriever's"

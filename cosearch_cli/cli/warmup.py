@@ -43,10 +43,11 @@ def warmup(
         help="Agent tokens per turn: the gold answer is shortened to fit (default: --sizes').")] = None,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
     ranker: Annotated[bool, typer.Option(help="Also train on ranker demonstrations (same model).")] = True,
-    ranker_demos: Annotated[Literal["all", "evidence"], typer.Option(
+    ranker_demos: Annotated[Literal["all", "evidence", "shuffled"], typer.Option(
         help="Ranker calls to train on: 'all', or only 'evidence' ones (some candidate bears a gold answer or "
              "title). Calls without evidence demonstrate the retriever's order, so a ranker warmed up on them "
-             "learns to copy the retriever.")] = "all",
+             "learns to copy the retriever. 'shuffled': the evidence calls with their candidates listed in a "
+             "fixed random order, so position alone does not give the demonstrated choice.")] = "all",
     keep_unsupported: Annotated[bool, typer.Option(
         "--keep-unsupported", help="Keep agent demonstrations whose observations never show a gold answer "
                                    "(default: drop them; they teach answering from memory).")] = False,
@@ -110,7 +111,7 @@ def warmup(
         stderr.print(f"{stats.agent} agent and {stats.ranker} ranker demonstrations from {stats.questions} "
                      f"questions ({stats.skipped_no_evidence} without evidence skipped"
                      + (f"; {stats.ranker_uninformed_skipped} ranker calls without evidence skipped)"
-                        if ranker_demos == "evidence" else ")"))
+                        if ranker_demos != "all" else ")"))
     ft = FinetuneConfig(epochs=epochs, lr=lr, token_budget=token_budget, seed=seed)
     with progress(quiet) as bar:
         task = bar.add("warm-up", unit="steps")
