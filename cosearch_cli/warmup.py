@@ -100,12 +100,18 @@ def gold_titles(question: Question) -> set[str]:
     return {t.lower() for t in titles}
 
 
-def demo_ranking(question: Question, candidates: Sequence[Passage], k: int) -> tuple[list[int], str]:
-    """0-based order of the k passages to show (answer-bearing, then gold, then retriever order) and a reason."""
+def evidence_flags(question: Question, candidates: Sequence[Passage]) -> tuple[list[bool], list[bool]]:
+    """Per candidate: whether it bears a gold answer, and whether it is a gold passage (by id or title)."""
     gold_ids = set(question.extra.get("gold_passage_ids") or [])
     titles = gold_titles(question)
     has = [passage_has_answer(p, question.answers) for p in candidates]
     gold = [p.id in gold_ids or p.title.lower() in titles for p in candidates]
+    return has, gold
+
+
+def demo_ranking(question: Question, candidates: Sequence[Passage], k: int) -> tuple[list[int], str]:
+    """0-based order of the k passages to show (answer-bearing, then gold, then retriever order) and a reason."""
+    has, gold = evidence_flags(question, candidates)
     order = sorted(range(len(candidates)), key=lambda i: (not has[i], not gold[i], i))[:min(k, len(candidates))]
     if not order:
         return [], ""
@@ -125,10 +131,8 @@ def informed(question: Question, candidates: Sequence[Passage]) -> bool:
     Without one, `demo_ranking` falls back to the retriever's order, and a ranker fine-tuned on such calls
     learns to copy the retriever.
     """
-    gold_ids = set(question.extra.get("gold_passage_ids") or [])
-    titles = gold_titles(question)
-    return any(passage_has_answer(p, question.answers) or p.id in gold_ids or p.title.lower() in titles
-               for p in candidates)
+    has, gold = evidence_flags(question, candidates)
+    return any(has) or any(gold)
 
 
 def pick_answer(question: Question, max_tokens: int, tokenizer) -> str:
