@@ -7,17 +7,27 @@ Checks, each printed as PASS or FAIL with its numbers:
   recompute  old log-probs recomputed by the trainer: first ratio exactly 1, the gap logged
   fsdp       FSDP full-shard on a process group of one (NCCL), bf16, with and without CPU offload, against the
              plain update
-Needs torch (CUDA build), transformers and orjson; nothing else of cosearch's dependencies.
-COSEARCH_GPU_CHECK_DEVICE=cpu rehearses the same checks on a CPU (not a GPU result).
+  memory     one bf16 update of a randomly initialised model of a real shape (default Qwen2.5-3B-Instruct's),
+             with and without gradient checkpointing: the measured peak GPU memory against memory_plan's
+             estimate for the same step (the plan must not be below it), and the update's tokens/s
+  train      `cosearch train` end to end on cuda in bf16 (index, rollout, group, reward, update of agent and
+             ranker, evaluation) with a tiny random Llama over the SmolLM2 tokenizer
+Needs torch (CUDA build), transformers and orjson; `train` also needs polars, bm25s and PyStemmer and the SmolLM2
+tokenizer (COSEARCH_GPU_CHECK_TOKENIZER: a folder with its tokenizer files), and is skipped without them.
+COSEARCH_GPU_CHECK_DEVICE=cpu rehearses the same checks on a CPU (not a GPU result; `memory` then uses a small
+shape and reports no peak). COSEARCH_GPU_CHECK_PLAN_MODEL names another known shape for `memory`.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -28,8 +38,15 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 DEVICE = os.environ.get("COSEARCH_GPU_CHECK_DEVICE", "cuda")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' loading bars, here and in subprocesses
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 VOCAB = 512
 RESULTS: list[tuple[str, bool, str]] = []
+SKIPPED: list[tuple[str, str]] = []
+
+
+class Skip(Exception):
+    """A check that cannot run here (a missing optional package or file): reported, not failed."""
 
 
 def check(name: str):
@@ -37,6 +54,10 @@ def check(name: str):
         started = time.perf_counter()
         try:
             ok, detail = fn()
+        except Skip as why:
+            SKIPPED.append((name, str(why)))
+            print(f"[SKIP] {name}: {why}", flush=True)
+            return fn
         except Exception as exc:  # a check that crashes is a FAIL with its reason, and the others still run
             ok, detail = False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
         RESULTS.append((name, ok, detail))
@@ -109,12 +130,104 @@ def scored_records(model, n_questions: int = 4, noise: float = 0.2):
     return records
 
 
+def scored_record_of(vocab: int, q: int, length: int):
+    """A scored record of 4 agent trajectories of `length` tokens each (log-probs random, advantages non-zero)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_update_support import scored_record
+
+    return scored_record(f"m{q}", seed=q, vocab=vocab, lengths=(length,) * 4, ranker=False)
+
+
 def update(model, records, **options) -> dict:
     from cosearch_cli.update import UpdateConfig, run_update
 
     model = copy.deepcopy(model)
     config = UpdateConfig(lr=1e-4, kl_coef=0.0, diagnostics=False, **options)
     return run_update(copy.deepcopy(records), role="agent", model=model, config=config).metrics
+
+
+def shaped_model(shape):
+    """A randomly initialised decoder of `shape` (a memory_plan.ModelShape), built directly on DEVICE."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    config_class, model_class = (Qwen2Config, Qwen2ForCausalLM) if shape.qkv_bias else (LlamaConfig, LlamaForCausalLM)
+    config = config_class(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                          num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                          num_key_value_heads=shape.kv_heads, tie_word_embeddings=shape.tied,
+                          max_position_embeddings=4096, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    with torch.device(DEVICE):
+        return model_class(config).eval()
+
+
+def measured_update(shape, records, grad_checkpointing: bool, token_budget: int) -> tuple[int | None, int, dict]:
+    """(peak GPU bytes of one bf16 update from an empty GPU, the plan's bytes for it, the update's metrics)."""
+    import gc
+
+    from cosearch_cli.memory_plan import UpdateSettings, plan_update
+    from cosearch_cli.update import UpdateConfig, run_update
+    from cosearch_cli.update.batch import training_sequences
+
+    seqs = training_sequences(records, "agent")
+    settings = UpdateSettings(dtype="bfloat16", grad_checkpointing=grad_checkpointing, token_budget=token_budget)
+    plan = plan_update(shape, settings, gpu_bytes=2**40, world=1, longest=max(len(s.token_ids) for s in seqs),
+                       trained=max(sum(s.mask) / len(s.token_ids) for s in seqs))
+    on_gpu = DEVICE == "cuda"
+    if on_gpu:
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    model = shaped_model(shape)
+    assert sum(p.numel() for p in model.parameters()) == shape.params, "the plan's parameter count is off"
+    config = UpdateConfig(lr=1e-6, kl_coef=0.0, diagnostics=False, dtype="bfloat16",
+                          grad_checkpointing=grad_checkpointing, token_budget=token_budget)
+    metrics = run_update(copy.deepcopy(records), role="agent", model=model, config=config).metrics
+    peak = torch.cuda.max_memory_allocated() - base if on_gpu else None
+    del model
+    gc.collect()
+    if on_gpu:
+        torch.cuda.empty_cache()
+    return peak, plan.total, metrics
+
+
+def tiny_smollm2_llama(tokenizer):
+    """A randomly initialised 2-layer Llama over the SmolLM2 tokenizer (its special tokens, tied embeddings)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    folder = os.environ.get("COSEARCH_GPU_CHECK_TOKENIZER")
+    try:
+        if folder:
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+        else:
+            from cosearch_cli.models import load_tokenizer
+
+            tokenizer = load_tokenizer("smollm2")
+    except Exception as exc:
+        raise Skip(f"no SmolLM2 tokenizer ({type(exc).__name__}: {exc}); set COSEARCH_GPU_CHECK_TOKENIZER to a "
+                   "folder holding its tokenizer files") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def cosearch(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "cosearch_cli", *args], cwd=ROOT, capture_output=True,
+                            text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"cosearch {args[0]} exited {result.returncode}: {result.stderr.strip()[-1500:]}")
+    return result
 
 
 def main() -> int:
@@ -167,11 +280,87 @@ def main() -> int:
         return rel < 5e-3, (f"loss plain {plain['loss']:.6f}, fsdp {sharded['loss']:.6f}, fsdp+offload "
                             f"{offloaded['loss']:.6f} (max rel {rel:.2e})")
 
+    from cosearch_cli.memory_plan import KNOWN, ModelShape
+
+    if DEVICE == "cuda":
+        names = os.environ.get("COSEARCH_GPU_CHECK_PLAN_MODEL", "Qwen/Qwen2.5-3B-Instruct").split(",")
+        shapes, length, budget = [KNOWN[name.strip()] for name in names], 1024, 2048
+    else:  # a CPU rehearsal runs the same code on a small shape
+        shapes = [ModelShape("small", layers=2, hidden=128, intermediate=344, vocab=1024, heads=4, kv_heads=2,
+                             tied=False, qkv_bias=True)]
+        length, budget = 128, 256
+    for shape in shapes:
+        @check(f"memory {shape.name}")
+        def _():
+            records = [scored_record_of(shape.vocab, q, length) for q in range(2)]
+            parts, ok = [], True
+            for checkpointing in (False, True):
+                peak, planned, m = measured_update(shape, records, checkpointing, budget)
+                mode = f"checkpointing {'on' if checkpointing else 'off'}"
+                if peak is None:
+                    parts.append(f"{mode}: planned {planned / 2**30:.3f} GiB (no peak on cpu), loss {m['loss']:.4f}")
+                    continue
+                ok = ok and peak <= planned
+                parts.append(f"{mode}: measured peak {peak / 2**30:.2f} GiB, planned {planned / 2**30:.2f} GiB "
+                             f"(plan / measured {planned / peak:.2f}), {m['tokens_per_s']:.0f} tokens/s, "
+                             f"{m['seconds']:.1f} s")
+            return ok, (f"{shape.params / 1e9:.2f} B params, bf16 update of 8 sequences of {length} tokens in "
+                        f"micro-batches of {budget}; " + "; ".join(parts))
+
+    @check("train")
+    def _():
+        missing = [m for m in ("polars", "bm25s", "Stemmer") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise Skip(f"needs {', '.join(missing)} (pip install them, or carry their wheels in COSEARCH_WHEELS)")
+        tokenizer = smollm2_tokenizer()
+        work = Path(tempfile.mkdtemp(prefix="cosearch-gpu-check-"))
+        tiny_smollm2_llama(tokenizer).save_pretrained(work / "model")
+        tokenizer.save_pretrained(work / "model")
+        cosearch("index", "build", "--corpus", "fixtures/corpus.jsonl", "--out", str(work / "index"), "--quiet")
+        dtype = "bfloat16" if DEVICE == "cuda" else "float32"
+        (work / "train.toml").write_text(
+            f'name = "gpu-check"\nout = "{work / "runs"}"\nindex = "{work / "index"}"\nagent = "{work / "model"}"\n'
+            f'ranker_model = "{work / "model"}"\nconstrain = "agent,ranker"\niterations = 2\n'
+            "questions_per_iteration = 2\nn = 4\nkmin = 2\nmax_turns = 1\nmax_new_tokens = 24\ntop_n = 4\nk = 2\n"
+            "eval_limit = 4\neval_every = 0\nlr = 1e-3\nkl_coef = 0.001\nseed = 3\n")
+        started = time.perf_counter()
+        cosearch("train", "--config", str(work / "train.toml"), "--device", DEVICE, "--dtype", dtype, "--quiet")
+        seconds = time.perf_counter() - started
+        import orjson
+        import polars as pl
+        from transformers import AutoModelForCausalLM
+
+        root = work / "runs" / "gpu-check"
+        log = pl.read_parquet(root / "metrics.parquet")
+        # A random model earns no reward, so train skips its updates: update the agent from the same rollouts
+        # with advantages set by hand (+1/-1 alternating, the group kept), through `cosearch update` on DEVICE.
+        scored = [orjson.loads(line) for line in (root / "iter-0000" / "scored.jsonl").read_bytes().splitlines()]
+        for record in scored:
+            for i, traj in enumerate(record["trajectories"]):
+                traj["advantage"] = 1.0 if i % 2 == 0 else -1.0
+            for group in record["groups"]:
+                group["kept"] = group["role"] == "agent"
+        (work / "signal.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in scored))
+        update = cosearch("update", "--role", "agent", "--model", str(work / "model"), "--out", str(work / "step"),
+                          "--device", DEVICE, "--dtype", dtype, "--kl-coef", "0.001", "--lr", "1e-4",
+                          str(work / "signal.jsonl"))
+        metrics = orjson.loads(update.stdout.splitlines()[0])
+        before = AutoModelForCausalLM.from_pretrained(work / "model")
+        after = AutoModelForCausalLM.from_pretrained(work / "step")
+        moved = max(float((a - b).abs().max()) for a, b in zip(after.parameters(), before.parameters()))
+        ok = log["iteration"].to_list() == [-1, 0, 1] and abs(metrics["ratio"] - 1) < 0.05 and moved > 0
+        return ok, (f"{dtype} on {DEVICE}, 2 iterations in {seconds:.0f} s; metrics iterations "
+                    f"{log['iteration'].to_list()}, train reward {log['train_reward'].to_list()} (a random "
+                    f"model: updates skipped); then `cosearch update` of the agent on its rollouts with hand-set "
+                    f"advantages: {metrics['sequences']} sequences, loss {metrics['loss']:.4f}, ratio "
+                    f"{metrics['ratio']:.4f}, checkpoint loads in transformers, largest weight change {moved:.2e}")
+
     if DEVICE == "cuda":
         print(f"peak GPU memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
     failed = [name for name, ok, _ in RESULTS if not ok]
     print(f"SUMMARY: {'PASS' if not failed else 'FAIL'} ({len(RESULTS) - len(failed)}/{len(RESULTS)} checks passed"
-          + (f"; failed: {', '.join(failed)}" if failed else "") + f") on {DEVICE}")
+          + (f"; failed: {', '.join(failed)}" if failed else "")
+          + (f"; skipped: {', '.join(name for name, _ in SKIPPED)}" if SKIPPED else "") + f") on {DEVICE}")
     return 1 if failed else 0
 
 

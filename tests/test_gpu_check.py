@@ -16,6 +16,6 @@ def test_gpu_check_rehearsal_on_the_cpu_passes_every_check(tmp_path):
                             timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     text = out.read_text()
-    for name in ("rollout", "update-bf16", "recompute-old-logprobs", "fsdp-one-rank"):
+    for name in ("rollout", "update-bf16", "recompute-old-logprobs", "fsdp-one-rank", "memory small", "train"):
         assert f"[PASS] {name}" in text
-    assert "SUMMARY: PASS (4/4 checks passed) on cpu" in text
+    assert "SUMMARY: PASS (6/6 checks passed) on cpu" in text
