@@ -9,6 +9,7 @@ the text of a big corpus is never held in memory (the token ids and the score ma
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -38,11 +39,21 @@ def _stemmer(language: str | None):
     return Stemmer.Stemmer(language)  # bm25s uses stemWord for documents, stemWords for queries
 
 
+def import_bm25s():
+    """bm25s, with JAX kept on the CPU. Where jax is installed, bm25s runs a jax top-k when it is imported: on a
+    GPU node jax would then take 75% of the GPU's memory ahead of torch and vLLM, and where its CUDA plugin finds
+    no usable GPU the import raises (seen on an H200 node, bench/results/gpu_check.txt). cosearch uses no jax."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import bm25s
+
+    return bm25s
+
+
 def build_bm25(passages: Iterable[Passage], folder: Path, *, k1: float = K1, b: float = B,
                stemmer: str | None = STEMMER, stopwords: str | None = STOPWORDS, method: str = "lucene",
                title_weight: int = TITLE_WEIGHT) -> int:
     """Index `passages` (in doc-store row order) into `folder`; returns the number of documents."""
-    import bm25s
+    bm25s = import_bm25s()
     from bm25s.tokenization import Tokenizer
 
     tokenizer = Tokenizer(stopwords=stopwords or [], stemmer=_stemmer(stemmer))
@@ -65,10 +76,8 @@ def build_bm25(passages: Iterable[Passage], folder: Path, *, k1: float = K1, b: 
 
 def tokenize_queries(queries: Sequence[str], stemmer: str | None = STEMMER,
                      stopwords: str | None = STOPWORDS) -> list[list[str]]:
-    import bm25s
-
-    return bm25s.tokenize(list(queries), stopwords=stopwords or [], stemmer=_stemmer(stemmer), return_ids=False,
-                          show_progress=False)
+    return import_bm25s().tokenize(list(queries), stopwords=stopwords or [], stemmer=_stemmer(stemmer),
+                                   return_ids=False, show_progress=False)
 
 
 class BM25Retriever:
@@ -78,10 +87,8 @@ class BM25Retriever:
 
     def __init__(self, folder: Path, row_ids: RowIds, *, stemmer: str | None = STEMMER,
                  stopwords: str | None = STOPWORDS, mmap: bool = False):
-        import bm25s
-
         self.stemmer, self.stopwords = stemmer, stopwords
-        self.model = bm25s.BM25.load(str(folder), mmap=mmap, show_progress=False, verbosity=0)
+        self.model = import_bm25s().BM25.load(str(folder), mmap=mmap, show_progress=False, verbosity=0)
         self.row_ids = row_ids
         self.n_docs = len(row_ids)
 

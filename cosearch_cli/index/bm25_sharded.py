@@ -37,7 +37,7 @@ import orjson
 
 from cosearch_cli.errors import ConfigError, IndexError_
 from cosearch_cli.gcpause import paused_gc
-from cosearch_cli.index.bm25 import B, K1, STEMMER, STOPWORDS, TITLE_WEIGHT, document_text
+from cosearch_cli.index.bm25 import B, K1, STEMMER, STOPWORDS, TITLE_WEIGHT, document_text, import_bm25s
 from cosearch_cli.index.docstore import RowIds
 from cosearch_cli.records import Hit, Passage
 
@@ -59,8 +59,7 @@ class Analyzer:
             raise ConfigError(f"the sharded BM25 backend has no stopword list {stopwords!r}",
                               fix="use 'en' or none")
         if stopwords:
-            from bm25s.stopwords import STOPWORDS_EN
-            self.stopwords = frozenset(STOPWORDS_EN)
+            self.stopwords = frozenset(import_bm25s().stopwords.STOPWORDS_EN)
         else:
             self.stopwords = frozenset()
         if stemmer:
