@@ -10,11 +10,23 @@ AdamW moments, with the forward and backward pass computed in bf16 (autocast, or
 gathering). It keeps the optimiser's small updates exact (a 1e-6 step is below bf16's resolution near 1.0),
 so bf16 saves activation memory and time, not weight memory: 4 + 4 + 8 = 16 bytes per parameter either way.
 
-Activations per token per decoder layer (saved for the backward pass, in the compute dtype): the inputs and
-outputs of the q/k/v/o projections and the two norms (6 x hidden + 2 x kv_dim) and of the gated MLP
-(4 x intermediate). With gradient checkpointing only each layer's input (hidden) stays, plus one layer's
-activations while it is recomputed. The loss adds the logits: vocab x (compute bytes + 8) per token (the
-logits, their fp32 copy and the fp32 log-softmax).
+Besides those 16 bytes, the trainer holds working copies of the weights in the compute dtype. A plain model
+under bf16 autocast keeps the bf16 cast of every weight a matrix product uses (all but an untied input
+embedding) until the backward pass is done; under FSDP (over several GPUs, or one with CPU offload) the gathered
+weights of the layer being computed and the next (prefetched) plus the unsharded embeddings and final norm.
+
+Activations per token per decoder layer, kept for the backward pass (Hugging Face Llama/Qwen2 with sdpa): the
+residual stream stays fp32 between layers (the master weights are fp32 and RMSNorm computes in fp32), so each
+of the two norms keeps its fp32 input and normalised input (16 x hidden bytes). Under autocast every linear
+layer keeps its own bf16 copy of its input (q, k and v three, gate and up two, o and down one each); in fp32
+those that read the same tensor share it. Attention keeps q, k and v, k and v repeated to every head (grouped
+query attention) and its output; the MLP its gate output, the SiLU of it and its up output. With gradient
+checkpointing each layer's fp32 input stays, plus one layer's activations while it is recomputed. The loss
+adds the logits: vocab x (compute bytes + 8) per trained token (the logits, their fp32 copy and the fp32
+log-softmax).
+
+Checked on an H200 (bench/results/gpu_check.txt): two bf16 update steps of randomly initialised Qwen2.5-3B and
+-7B shapes, 8 sequences of 1,024 tokens in micro-batches of 2,048, against this plan.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from cosearch_cli.errors import ConfigError, ModelError
 GIB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 TRAINER_BYTES_PER_PARAM = 16  # fp32 weights 4 + fp32 gradients 4 + AdamW moments 8 (see the module docstring)
+RESIDUAL_BYTES = 4  # the residual stream between decoder layers stays fp32 under bf16 autocast
 VLLM_OVERHEAD_GIB = 2.0  # CUDA context, activations of the largest batch and graphs vLLM keeps inside its share
 DEFAULT_GPU_GIB = 80.0  # planning figure when no GPU is visible (A100/H100 80 GB)
 
@@ -119,16 +132,39 @@ def trained_share(c) -> float:
     return max(agent, c.ranker_max_new_tokens / ranker_context(c))
 
 
+def layer_activation_bytes(shape: ModelShape, dtype_bytes: int) -> int:
+    """Bytes one token leaves for the backward pass in one decoder layer (see the module docstring)."""
+    h, kv, i, d = shape.hidden, shape.kv_dim, shape.intermediate, dtype_bytes
+    norms = 2 * 2 * RESIDUAL_BYTES * h
+    if d < RESIDUAL_BYTES:  # autocast: each linear layer keeps its own cast of its input
+        inputs = d * (3 * h + 2 * h + h + i)
+    else:  # q/k/v read one tensor, gate/up another
+        inputs = d * (h + h + h + i)
+    repeated = 2 * h if shape.kv_heads < shape.heads else 0
+    attention = d * (h + 2 * kv + repeated + h)
+    return norms + inputs + attention + 3 * d * i
+
+
 def trainer_activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int, checkpointing: bool,
                              trained: float = 1.0) -> int:
     """Activations of one micro-batch of `tokens` tokens, of which the share `trained` has logits."""
-    per_token_layer = dtype_bytes * (6 * shape.hidden + 2 * shape.kv_dim + 4 * shape.intermediate)
+    per_token_layer = layer_activation_bytes(shape, dtype_bytes)
     if checkpointing:
-        layers = tokens * shape.layers * shape.hidden * dtype_bytes + tokens * per_token_layer
+        layers = tokens * shape.layers * shape.hidden * RESIDUAL_BYTES + tokens * per_token_layer
     else:
         layers = tokens * shape.layers * per_token_layer
     logits = int(tokens * trained) * shape.vocab * (dtype_bytes + 8)
     return layers + logits
+
+
+def working_weight_bytes(shape: ModelShape, dtype_bytes: int, *, sharded: bool) -> int:
+    """Copies of the weights the trainer computes with, besides the fp32 masters (see the module docstring)."""
+    if sharded:  # FSDP: two gathered layers, and the root's embeddings and final norm
+        return (2 * shape.layer_params + shape.params - shape.layers * shape.layer_params) * dtype_bytes
+    if dtype_bytes >= RESIDUAL_BYTES:
+        return 0
+    untied_input = 0 if shape.tied else shape.vocab * shape.hidden
+    return (shape.params - untied_input) * dtype_bytes
 
 
 @dataclass
@@ -234,11 +270,14 @@ def trainer_plan(shape: ModelShape, c, *, world: int, tokens: int, trained: floa
     activations = trainer_activation_bytes(shape, tokens, dtype_bytes, c.grad_checkpointing, share)
     host = 0
     note = f"micro-batch of {tokens} tokens" + (", gradient checkpointing" if c.grad_checkpointing else "")
-    if c.offload:  # FSDP CPU offload: the GPU holds the gathered layer (and the next, prefetched) only
+    if c.offload:  # FSDP CPU offload: the GPU holds the gathered layers and the root's weights only
         host = weights + optimizer
-        weights, optimizer = 2 * shape.layer_params * dtype_bytes, 0
+        weights, optimizer = 0, 0
         note += ", FSDP CPU offload"
-    return RolePlan("trainer", shape.name, shape.params, weights, optimizer, activations, host, note)
+    working = working_weight_bytes(shape, dtype_bytes, sharded=c.offload or world > 1)
+    if working:
+        note += f", {_gib(working)} GiB of {c.dtype} working weights"
+    return RolePlan("trainer", shape.name, shape.params, weights + working, optimizer, activations, host, note)
 
 
 def plan_training(c, *, gpus: int, gpu_bytes: int, world: int = 1) -> MemoryPlan:

@@ -160,24 +160,25 @@ def shaped_model(shape):
         return model_class(config).eval()
 
 
-def measured_plan(shape, records, grad_checkpointing: bool, token_budget: int) -> int:
-    """memory_plan's bytes for a bf16 update of `records` (as `cosearch update` plans it before loading)."""
+def measured_plan(shape, records, dtype: str, grad_checkpointing: bool, token_budget: int) -> int:
+    """memory_plan's bytes for an update of `records` (as `cosearch update` plans it before loading)."""
     from cosearch_cli.memory_plan import UpdateSettings, plan_update
     from cosearch_cli.update.batch import training_sequences
 
     seqs = training_sequences(records, "agent")
-    settings = UpdateSettings(dtype="bfloat16", grad_checkpointing=grad_checkpointing, token_budget=token_budget)
+    settings = UpdateSettings(dtype=dtype, grad_checkpointing=grad_checkpointing, token_budget=token_budget)
     return plan_update(shape, settings, gpu_bytes=2**40, world=1, longest=max(len(s.token_ids) for s in seqs),
                        trained=max(sum(s.mask) / len(s.token_ids) for s in seqs)).total
 
 
-def measured_update(shape, records, grad_checkpointing: bool, token_budget: int) -> tuple[int | None, int, dict]:
-    """(peak GPU bytes of two bf16 update steps from an empty GPU, the plan's bytes, the second step's metrics)."""
+def measured_update(shape, records, dtype: str, grad_checkpointing: bool,
+                    token_budget: int) -> tuple[int | None, int, dict]:
+    """(peak GPU bytes of two update steps from an empty GPU, the plan's bytes, the second step's metrics)."""
     import gc
 
     from cosearch_cli.update import UpdateConfig, run_update
 
-    planned = measured_plan(shape, records, grad_checkpointing, token_budget)
+    planned = measured_plan(shape, records, dtype, grad_checkpointing, token_budget)
     on_gpu = DEVICE == "cuda"
     if on_gpu:
         gc.collect()
@@ -186,7 +187,7 @@ def measured_update(shape, records, grad_checkpointing: bool, token_budget: int)
         base = torch.cuda.memory_allocated()
     model = shaped_model(shape)
     assert sum(p.numel() for p in model.parameters()) == shape.params, "the plan's parameter count is off"
-    config = UpdateConfig(lr=1e-6, kl_coef=0.0, diagnostics=False, dtype="bfloat16",
+    config = UpdateConfig(lr=1e-6, kl_coef=0.0, diagnostics=False, dtype=dtype,
                           grad_checkpointing=grad_checkpointing, token_budget=token_budget)
     first = run_update(copy.deepcopy(records), role="agent", model=model, config=config)
     # a second step: AdamW's moments exist from the first, so this is the steady state the plan describes
@@ -298,23 +299,26 @@ def main() -> int:
         shapes = [ModelShape("small", layers=2, hidden=128, intermediate=344, vocab=1024, heads=4, kv_heads=2,
                              tied=False, qkv_bias=True)]
         length, budget = 128, 256
+    # (dtype, gradient checkpointing, micro-batch tokens): the presets' bf16 both ways, a larger micro-batch, fp32
+    cases = [("bfloat16", False, budget), ("bfloat16", True, budget), ("bfloat16", False, 2 * budget),
+             ("float32", False, budget)]
     for shape in shapes:
         @check(f"memory {shape.name}")
         def _():
+            import gc
+
             records = [scored_record_of(shape.vocab, q, length) for q in range(2)]
             parts, ok = [], True
-            for checkpointing in (False, True):
-                mode = f"checkpointing {'on' if checkpointing else 'off'}"
+            for dtype, checkpointing, tokens in cases:
+                mode = f"{dtype}, checkpointing {'on' if checkpointing else 'off'}, micro-batch {tokens}"
                 try:
-                    peak, planned, m = measured_update(shape, records, checkpointing, budget)
+                    peak, planned, m = measured_update(shape, records, dtype, checkpointing, tokens)
                 except torch.OutOfMemoryError:
                     peak = None
                 if peak is None and DEVICE == "cuda":  # out of memory: right only if the plan said so
-                    import gc
-
                     gc.collect()
                     torch.cuda.empty_cache()
-                    planned = measured_plan(shape, records, checkpointing, budget)
+                    planned = measured_plan(shape, records, dtype, checkpointing, tokens)
                     gpu = torch.cuda.get_device_properties(0).total_memory
                     ok = ok and planned > gpu
                     parts.append(f"{mode}: out of GPU memory; planned {planned / 2**30:.2f} GiB of "
@@ -325,10 +329,9 @@ def main() -> int:
                     continue
                 ok = ok and peak <= planned
                 parts.append(f"{mode}: measured peak {peak / 2**30:.2f} GiB, planned {planned / 2**30:.2f} GiB "
-                             f"(plan / measured {planned / peak:.2f}), {m['tokens_per_s']:.0f} tokens/s, "
-                             f"{m['seconds']:.1f} s")
-            return ok, (f"{shape.params / 1e9:.2f} B params, bf16 update of 8 sequences of {length} tokens in "
-                        f"micro-batches of {budget}; " + "; ".join(parts))
+                             f"(plan / measured {planned / peak:.3f}), {m['tokens_per_s']:.0f} tokens/s")
+            return ok, (f"{shape.params / 1e9:.2f} B params, two update steps of 8 sequences of {length} tokens; "
+                        + "; ".join(parts))
 
     @check("train")
     def _():

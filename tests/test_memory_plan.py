@@ -4,8 +4,8 @@ import orjson
 import pytest
 
 from cosearch_cli.errors import ConfigError, ModelError
-from cosearch_cli.memory_plan import (GIB, KNOWN, ModelShape, engine_plan, model_shape, plan_training, refusal,
-                                      trainer_activation_bytes, trainer_plan)
+from cosearch_cli.memory_plan import (GIB, KNOWN, ModelShape, engine_plan, layer_activation_bytes, model_shape,
+                                      plan_training, refusal, trainer_activation_bytes, trainer_plan)
 from cosearch_cli.train import TrainConfig, load_config
 
 # 2 layers, hidden 4, MLP 8, vocab 10, 2 heads with one KV head (kv_dim 2), tied embeddings, no bias.
@@ -32,15 +32,26 @@ def test_shape_from_a_folder_counts_the_real_models_parameters(tiny_lm, tmp_path
 def test_trainer_bytes_hand_computed():
     c = TrainConfig(dtype="bfloat16")
     one = trainer_plan(TOY, c, world=1, tokens=100)
-    assert (one.weights, one.optimizer) == (348 * 4, 348 * 12)  # fp32 master weights; fp32 grads + 2 moments
+    # fp32 master weights + the bf16 casts autocast keeps (tied: every weight); fp32 grads + 2 moments
+    assert (one.weights, one.optimizer) == (348 * 4 + 348 * 2, 348 * 12)
+    assert trainer_plan(TOY, TrainConfig(), world=1, tokens=100).weights == 348 * 4  # fp32: no working copy
+    untied = ModelShape("untied", layers=2, hidden=4, intermediate=8, vocab=10, heads=2, kv_heads=1, tied=False,
+                        qkv_bias=False)
+    assert trainer_plan(untied, c, world=1, tokens=100).weights == 388 * 4 + (388 - 40) * 2  # no cast of the input embedding
     two = trainer_plan(TOY, c, world=2, tokens=100)
-    assert (two.weights, two.optimizer) == (696, 2088)
-    # bf16 activations: 2 x (6*4 + 2*2 + 4*8) = 120 bytes per token and layer; logits 10 x (2 + 8) per token
-    assert trainer_activation_bytes(TOY, 100, 2, checkpointing=False) == 100 * 2 * 120 + 100 * 100
-    # checkpointing keeps each layer's input (4 x 2 bytes) plus one layer being recomputed
-    assert trainer_activation_bytes(TOY, 100, 2, checkpointing=True) == 100 * 2 * 8 + 100 * 120 + 100 * 100
+    # half the fp32 state each; FSDP gathers two layers (2 x 152) and the root's 44 in bf16
+    assert (two.weights, two.optimizer) == (696 + (2 * 152 + 44) * 2, 2088)
+    # bf16 per token and layer: norms 2 x 2 x 4 x 4 = 64 (fp32); linear inputs 2 x (6 x 4 + 8) = 64; q, k, v,
+    # k and v repeated, attention output 2 x (4 + 2 x 2 + 2 x 4 + 4) = 40; MLP 3 x 2 x 8 = 48 -> 216 bytes
+    assert layer_activation_bytes(TOY, 2) == 216
+    # fp32: norms 64; shared inputs 4 x (3 x 4 + 8) = 80; attention 4 x 20 = 80; MLP 3 x 4 x 8 = 96 -> 320
+    assert layer_activation_bytes(TOY, 4) == 320
+    # logits 10 x (2 + 8) per token
+    assert trainer_activation_bytes(TOY, 100, 2, checkpointing=False) == 100 * 2 * 216 + 100 * 100
+    # checkpointing keeps each layer's fp32 input (4 x 4 bytes) plus one layer being recomputed
+    assert trainer_activation_bytes(TOY, 100, 2, checkpointing=True) == 100 * 2 * 16 + 100 * 216 + 100 * 100
     offloaded = trainer_plan(TOY, TrainConfig(dtype="bfloat16", offload=True), world=1, tokens=100)
-    assert (offloaded.weights, offloaded.optimizer, offloaded.host) == (2 * 152 * 2, 0, 348 * 16)
+    assert (offloaded.weights, offloaded.optimizer, offloaded.host) == ((2 * 152 + 44) * 2, 0, 348 * 16)
 
 
 def test_vllm_share_and_hf_kv_cache_hand_computed():
@@ -123,10 +134,11 @@ def test_update_plan_hand_computed_and_refused_with_fixes():
     plan = plan_update(TOY, u, gpu_bytes=GIB, world=2, longest=150, trained=0.5)
     ref, trainer = plan.roles
     assert (ref.role, ref.weights) == ("ref", 348 * 2)  # frozen bf16 copy
-    assert (trainer.weights, trainer.optimizer) == (696, 2088)  # half of 348 x 16 bytes on each of 2 ranks
-    # the longest sequence (150 tokens) is its own micro-batch: 150 x 2 layers x 120 bytes + 75 logit rows x 100
-    assert trainer.activations == 150 * 2 * 120 + 75 * 100
-    assert plan.total == 696 + 696 + 2088 + 36000 + 7500 and plan.fits
+    # half of 348 x 16 bytes on each of 2 ranks, plus the gathered bf16 layers and root
+    assert (trainer.weights, trainer.optimizer) == (696 + 696, 2088)
+    # the longest sequence (150 tokens) is its own micro-batch: 150 x 2 layers x 216 bytes + 75 logit rows x 100
+    assert trainer.activations == 150 * 2 * 216 + 75 * 100
+    assert plan.total == 696 + 1392 + 2088 + 64800 + 7500 and plan.fits
     assert "longest sequence has 150 tokens" in plan.notes[0]
     small = plan_update(TOY, u, gpu_bytes=40_000, world=1, longest=150, trained=0.5)
     assert not small.fits
