@@ -21,7 +21,10 @@ of the two norms keeps its fp32 input and normalised input (16 x hidden bytes). 
 layer keeps its own bf16 copy of its input (q, k and v three, gate and up two, o and down one each); in fp32
 those that read the same tensor share it. Attention keeps q, k and v, k and v repeated to every head (grouped
 query attention) and its output; the MLP its gate output, the SiLU of it and its up output. With gradient
-checkpointing each layer's fp32 input stays, plus one layer's activations while it is recomputed. The loss
+checkpointing each layer's fp32 input stays, plus one layer's activations while it is recomputed. An fp32
+update also keeps each layer's attention probabilities (rows x heads x length^2 x 4 bytes): sdpa's flash kernel
+takes no fp32, and the 4.0 GiB that a 3B fp32 update measured above the plan without this term is what its
+math kernel keeps (inferred from that number, not traced). The loss
 adds the logits: vocab x (compute bytes + 8) per trained token (the logits, their fp32 copy and the fp32
 log-softmax).
 
@@ -146,9 +149,12 @@ def layer_activation_bytes(shape: ModelShape, dtype_bytes: int) -> int:
 
 
 def trainer_activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int, checkpointing: bool,
-                             trained: float = 1.0) -> int:
-    """Activations of one micro-batch of `tokens` tokens, of which the share `trained` has logits."""
+                             trained: float = 1.0, longest: int | None = None) -> int:
+    """Activations of one micro-batch of `tokens` tokens in rows of at most `longest` (default `tokens`), of
+    which the share `trained` has logits."""
     per_token_layer = layer_activation_bytes(shape, dtype_bytes)
+    if dtype_bytes >= RESIDUAL_BYTES:  # fp32 attention keeps its probabilities: rows x heads x length^2
+        per_token_layer += shape.heads * min(longest or tokens, tokens) * dtype_bytes
     if checkpointing:
         layers = tokens * shape.layers * shape.hidden * RESIDUAL_BYTES + tokens * per_token_layer
     else:
@@ -260,14 +266,16 @@ def engine_plan(role: str, shape: ModelShape, c, *, gpu_bytes: int, context: int
                     note=f"hf backend: KV cache of {rows} rows x {context} tokens")
 
 
-def trainer_plan(shape: ModelShape, c, *, world: int, tokens: int, trained: float | None = None) -> RolePlan:
+def trainer_plan(shape: ModelShape, c, *, world: int, tokens: int, trained: float | None = None,
+                 longest: int | None = None) -> RolePlan:
     """The updated model under FSDP over `world` GPUs (world 1: a plain model, or FSDP with offload); `trained`:
-    the share of a micro-batch's tokens with logits (default: the largest the run's budgets allow)."""
+    the share of a micro-batch's tokens with logits (default: the largest the run's budgets allow); `longest`:
+    the longest sequence (default `tokens`)."""
     dtype_bytes = DTYPE_BYTES[c.dtype]
     state = shape.params * TRAINER_BYTES_PER_PARAM
     weights, optimizer = shape.params * 4 // world, (state - shape.params * 4) // world
     share = trained_share(c) if trained is None else trained
-    activations = trainer_activation_bytes(shape, tokens, dtype_bytes, c.grad_checkpointing, share)
+    activations = trainer_activation_bytes(shape, tokens, dtype_bytes, c.grad_checkpointing, share, longest)
     host = 0
     note = f"micro-batch of {tokens} tokens" + (", gradient checkpointing" if c.grad_checkpointing else "")
     if c.offload:  # FSDP CPU offload: the GPU holds the gathered layers and the root's weights only
@@ -299,7 +307,8 @@ def plan_training(c, *, gpus: int, gpu_bytes: int, world: int = 1) -> MemoryPlan
         if c.kl_coef > 0:
             plan.roles.append(RolePlan("ref", largest.name, largest.params,
                                        largest.params * DTYPE_BYTES[c.dtype], note="frozen, no gradients"))
-        plan.roles.append(trainer_plan(largest, c, world=world, tokens=max(c.token_budget, longest)))
+        plan.roles.append(trainer_plan(largest, c, world=world, tokens=max(c.token_budget, longest),
+                                       longest=longest))
         if longest > c.token_budget:
             plan.notes.append(f"a sequence can reach {longest} tokens, above token_budget {c.token_budget}: such "
                               "a sequence is a micro-batch of its own, so the plan counts that many tokens")
@@ -331,7 +340,8 @@ def plan_update(shape: ModelShape, u: UpdateSettings, *, gpu_bytes: int, world: 
     if u.kl_coef > 0:
         plan.roles.append(RolePlan("ref", shape.name, shape.params, shape.params * DTYPE_BYTES[u.dtype],
                                    note="frozen, no gradients"))
-    plan.roles.append(trainer_plan(shape, u, world=world, tokens=max(u.token_budget, longest), trained=trained))
+    plan.roles.append(trainer_plan(shape, u, world=world, tokens=max(u.token_budget, longest), trained=trained,
+                                   longest=longest))
     if longest > u.token_budget:
         plan.notes.append(f"the batch's longest sequence has {longest} tokens, above --token-budget "
                           f"{u.token_budget}: it is a micro-batch of its own, so the plan counts that many tokens")

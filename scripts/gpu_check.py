@@ -15,7 +15,8 @@ Checks, each printed as PASS or FAIL with its numbers:
 Needs torch (CUDA build), transformers and orjson; `train` also needs polars, bm25s and PyStemmer and the SmolLM2
 tokenizer (COSEARCH_GPU_CHECK_TOKENIZER: a folder with its tokenizer files), and is skipped without them.
 COSEARCH_GPU_CHECK_DEVICE=cpu rehearses the same checks on a CPU (not a GPU result; `memory` then uses a small
-shape and reports no peak). COSEARCH_GPU_CHECK_PLAN_MODEL names another known shape for `memory`.
+shape and reports no peak). COSEARCH_GPU_CHECK_PLAN_MODEL names other known shapes for `memory` (comma-separated);
+COSEARCH_GPU_CHECK_ONLY runs only the checks whose names start with one of its comma-separated prefixes.
 """
 
 from __future__ import annotations
@@ -49,8 +50,14 @@ class Skip(Exception):
     """A check that cannot run here (a missing optional package or file): reported, not failed."""
 
 
+ONLY = [name for name in os.environ.get("COSEARCH_GPU_CHECK_ONLY", "").split(",") if name]
+
+
 def check(name: str):
     def run(fn):
+        if ONLY and not any(name.startswith(prefix) for prefix in ONLY):
+            SKIPPED.append((name, "not in COSEARCH_GPU_CHECK_ONLY"))
+            return fn
         started = time.perf_counter()
         try:
             ok, detail = fn()
@@ -299,9 +306,10 @@ def main() -> int:
         shapes = [ModelShape("small", layers=2, hidden=128, intermediate=344, vocab=1024, heads=4, kv_heads=2,
                              tied=False, qkv_bias=True)]
         length, budget = 128, 256
-    # (dtype, gradient checkpointing, micro-batch tokens): the presets' bf16 both ways, a larger micro-batch, fp32
+    # (dtype, gradient checkpointing, micro-batch tokens): bf16 (the presets') and fp32, each both ways and with
+    # a micro-batch twice as large
     cases = [("bfloat16", False, budget), ("bfloat16", True, budget), ("bfloat16", False, 2 * budget),
-             ("float32", False, budget)]
+             ("float32", False, budget), ("float32", True, budget), ("float32", False, 2 * budget)]
     for shape in shapes:
         @check(f"memory {shape.name}")
         def _():

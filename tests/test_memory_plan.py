@@ -37,7 +37,8 @@ def test_trainer_bytes_hand_computed():
     assert trainer_plan(TOY, TrainConfig(), world=1, tokens=100).weights == 348 * 4  # fp32: no working copy
     untied = ModelShape("untied", layers=2, hidden=4, intermediate=8, vocab=10, heads=2, kv_heads=1, tied=False,
                         qkv_bias=False)
-    assert trainer_plan(untied, c, world=1, tokens=100).weights == 388 * 4 + (388 - 40) * 2  # no cast of the input embedding
+    # untied: the input embedding (10 x 4) is looked up, never cast
+    assert trainer_plan(untied, c, world=1, tokens=100).weights == 388 * 4 + (388 - 40) * 2
     two = trainer_plan(TOY, c, world=2, tokens=100)
     # half the fp32 state each; FSDP gathers two layers (2 x 152) and the root's 44 in bf16
     assert (two.weights, two.optimizer) == (696 + (2 * 152 + 44) * 2, 2088)
@@ -48,6 +49,8 @@ def test_trainer_bytes_hand_computed():
     assert layer_activation_bytes(TOY, 4) == 320
     # logits 10 x (2 + 8) per token
     assert trainer_activation_bytes(TOY, 100, 2, checkpointing=False) == 100 * 2 * 216 + 100 * 100
+    # fp32 adds the attention probabilities: 2 heads x 50 (the longest row) x 4 bytes per token; logits 10 x 12
+    assert trainer_activation_bytes(TOY, 100, 4, checkpointing=False, longest=50) == 100 * 2 * (320 + 400) + 100 * 120
     # checkpointing keeps each layer's fp32 input (4 x 4 bytes) plus one layer being recomputed
     assert trainer_activation_bytes(TOY, 100, 2, checkpointing=True) == 100 * 2 * 16 + 100 * 216 + 100 * 100
     offloaded = trainer_plan(TOY, TrainConfig(dtype="bfloat16", offload=True), world=1, tokens=100)
