@@ -1,0 +1,128 @@
+"""How often the agent answers with the title of a passage it was shown, in the trajectories a training run
+rewarded and penalised (issue 14: the suspected shortcut of learning study 3).
+
+    .venv/bin/python bench/title_copy.py runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch \
+        [--eval start=runs/learn-cosearch/eval-init/rollouts.jsonl ...] [--data ../shared/data] \
+        [--out bench/results/title_copy.md]
+
+A trajectory copies a title when its normalised answer (SQuAD normalisation, as EM uses) equals the
+normalised title of a passage shown to it in any turn. Read from every iteration's scored.jsonl: the
+trajectories of kept agent groups carry their advantage (positive: reinforced, negative: discouraged); the
+others have advantage 0 or none. --eval NAME=ROLLOUTS adds held-out greedy evaluations: how many answers copy a
+title, and how many of those and of the others are exact matches. No model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_io import write_results  # noqa: E402
+
+from cosearch_cli.metrics import exact_match, normalize_answer  # noqa: E402
+
+
+def corpus_titles(data: Path) -> dict[str, str]:
+    titles = {}
+    for path in sorted((data / "corpus").glob("*.jsonl")):
+        with path.open("rb") as f:
+            for line in f:
+                passage = orjson.loads(line)
+                titles[passage["id"]] = normalize_answer(passage.get("title") or "")
+    return titles
+
+
+def copies_title(trajectory: dict, titles: dict[str, str]) -> bool:
+    if trajectory.get("answer") is None:
+        return False
+    shown = {titles.get(pid, "") for turn in trajectory["turns"] for pid in (turn.get("observation_ids") or [])}
+    return normalize_answer(trajectory["answer"]) in shown - {""}
+
+
+def count(run: Path, titles: dict[str, str]) -> dict:
+    c = dict(trajectories=0, copies=0, reinforced=0, reinforced_copies=0, discouraged=0, discouraged_copies=0,
+             rewarded=0, rewarded_copies=0, iterations=0)
+    for scored in sorted(run.glob("iter-*/scored.jsonl")):
+        c["iterations"] += 1
+        with scored.open("rb") as f:
+            for line in f:
+                for t in orjson.loads(line)["trajectories"]:
+                    copy = copies_title(t, titles)
+                    advantage = t.get("advantage") or 0.0
+                    c["trajectories"] += 1
+                    c["copies"] += copy
+                    if advantage > 0:
+                        c["reinforced"] += 1
+                        c["reinforced_copies"] += copy
+                    elif advantage < 0:
+                        c["discouraged"] += 1
+                        c["discouraged_copies"] += copy
+                    if (t.get("reward") or 0) > 0:
+                        c["rewarded"] += 1
+                        c["rewarded_copies"] += copy
+    return c
+
+
+def held_out(rollouts: Path, titles: dict[str, str]) -> dict:
+    c = dict(answers=0, copies=0, copies_exact=0, others_exact=0)
+    with rollouts.open("rb") as f:
+        for line in f:
+            record = orjson.loads(line)
+            for t in record["trajectories"]:
+                copy = copies_title(t, titles)
+                exact = t.get("answer") is not None and exact_match(t["answer"], record["answers"]) > 0
+                c["answers"] += 1
+                c["copies"] += copy
+                c["copies_exact" if copy else "others_exact"] += exact
+    return c
+
+
+def share(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({part / whole:.0%})" if whole else "0/0"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--data", type=Path, default=Path("../shared/data"))
+    ap.add_argument("--eval", action="append", default=[], metavar="NAME=ROLLOUTS",
+                    help="a held-out evaluation's rollouts.jsonl to count (repeatable)")
+    ap.add_argument("--out", default=None, help="results Markdown to write (with its .json twin)")
+    args = ap.parse_args()
+    titles = corpus_titles(args.data)
+    rows = {run.name: count(run, titles) for run in args.runs}
+    lines = ["# Title copying in the trajectories training reinforced (learning study 3)", "",
+             "Command: `.venv/bin/python bench/title_copy.py " + " ".join(str(r) for r in args.runs)
+             + "".join(f" --eval {e}" for e in args.eval)
+             + " --out bench/results/title_copy.md` (reads the runs' rollouts; no model, no timing).", "",
+             "A trajectory copies a title when its normalised answer equals the normalised title of a passage it "
+             "was shown. Reinforced: positive advantage in a kept agent group; discouraged: negative.", "",
+             "| run | iterations | trajectories | copy a title | reinforced that copy | discouraged that copy | "
+             "rewarded (EM) that copy |", "|---|---|---|---|---|---|---|"]
+    for name, c in rows.items():
+        lines.append(f"| {name} | {c['iterations']} | {c['trajectories']} | {share(c['copies'], c['trajectories'])} | "
+                     f"{share(c['reinforced_copies'], c['reinforced'])} | "
+                     f"{share(c['discouraged_copies'], c['discouraged'])} | "
+                     f"{share(c['rewarded_copies'], c['rewarded'])} |")
+    evals = {}
+    for item in args.eval:
+        name, _, path = item.partition("=")
+        evals[name] = held_out(Path(path), titles)
+    if evals:
+        lines += ["", "Held-out greedy evaluations (the same questions for each):", "",
+                  "| evaluation | answers | copy a title | exact among copies | exact among the others |",
+                  "|---|---|---|---|---|"]
+        for name, c in evals.items():
+            others = c["answers"] - c["copies"]
+            lines.append(f"| {name} | {c['answers']} | {c['copies']} | {share(c['copies_exact'], c['copies'])} | "
+                         f"{share(c['others_exact'], others)} |")
+    write_results(args.out, "\n".join(lines) + "\n", {"runs": rows, "held_out": evals})
+
+
+if __name__ == "__main__":
+    main()
