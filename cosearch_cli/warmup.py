@@ -276,7 +276,7 @@ def finetune(model, demos: Sequence[Demo], config: FinetuneConfig, *, pad_id: in
     torch.manual_seed(config.seed)
     plans = plan_micro_batches(to_train_seqs(demos), config.token_budget)
     rng = random.Random(config.seed)
-    # fused, as in update/step.py's make_optimizer: no weights-sized temporary, and faster on the CPU too
+    # fused, as in update/step.py's make_optimizer: no weights-sized temporary on a GPU, faster on the CPU
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, fused=True)
     model.train()
     losses: list[float] = []

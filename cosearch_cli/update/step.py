@@ -36,10 +36,11 @@ class UpdateResult:
 def make_optimizer(model, config: UpdateConfig, state: dict | None = None) -> torch.optim.Optimizer:
     """AdamW over the trainable parameters; `state` (from a checkpoint) resumes it exactly."""
     params = [p for p in model.parameters() if p.requires_grad]
-    # The fused kernel: the default (foreach) step holds a temporary as large as the fp32 weights (+4 bytes a
-    # parameter: on an H200 a 3B model peaked at 57.5 GiB instead of 46, and a 7B one ran out of memory in
-    # optimizer.step; bench/results/gpu_check.md). On the CPU (and FSDP's CPU offload) fused is also 4-5x faster
-    # (148M parameters: 77-81 ms a step against 321-410) with the same result to 6 digits.
+    # The fused kernel: on a GPU the default (foreach) step holds a temporary as large as the fp32 weights (+4
+    # bytes a parameter: on an H200 a 3B model peaked at 57.5 GiB instead of 46, and a 7B one ran out of memory
+    # in optimizer.step; bench/results/gpu_check.md). On the CPU (and FSDP's CPU offload) fused is 5-7x faster
+    # (148M parameters: 73-85 ms a step against 431-598; bench/adamw_step.py) with the same result to 6 digits;
+    # its peak RSS there was not lower.
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, eps=config.eps,
                                   weight_decay=config.weight_decay, fused=bool(params) or None)
     if state is not None:
