@@ -28,13 +28,11 @@ from cosearch_cli.metrics import exact_match, normalize_answer  # noqa: E402
 
 
 def corpus_titles(data: Path) -> dict[str, str]:
-    titles = {}
-    for path in sorted((data / "corpus").glob("*.jsonl")):
-        with path.open("rb") as f:
-            for line in f:
-                passage = orjson.loads(line)
-                titles[passage["id"]] = normalize_answer(passage.get("title") or "")
-    return titles
+    """Passage id -> normalised title, read as `cosearch index` reads a corpus (either row format)."""
+    from cosearch_cli.index.corpus import Corpus
+
+    files = [str(path) for path in sorted((data / "corpus").glob("*.jsonl"))]
+    return {passage.id: normalize_answer(passage.title) for passage in Corpus(files)}
 
 
 def copies_title(trajectory: dict, titles: dict[str, str]) -> bool:

@@ -24,12 +24,11 @@ query attention) and its output; the MLP its gate output, the SiLU of it and its
 checkpointing each layer's fp32 input stays, plus one layer's activations while it is recomputed. An fp32
 update also keeps each layer's attention probabilities (rows x heads x length^2 x 4 bytes): sdpa's flash kernel
 takes no fp32, and the 4.0 GiB that a 3B fp32 update measured above the plan without this term is what its
-math kernel keeps (inferred from that number, not traced). The loss
-adds the logits: vocab x (compute bytes + 8) per trained token (the logits, their fp32 copy and the fp32
-log-softmax).
+math kernel keeps (inferred from that number, not traced). The loss adds the logits: vocab x (compute bytes + 8)
+per trained token (the logits, their fp32 copy and the fp32 log-softmax).
 
-Checked on an H200 (bench/results/gpu_check.txt): two bf16 update steps of randomly initialised Qwen2.5-3B and
--7B shapes, 8 sequences of 1,024 tokens in micro-batches of 2,048, against this plan.
+Checked on an H200 (bench/results/gpu_check.md): two update steps of randomly initialised Qwen2.5-3B and -7B
+shapes, bf16 and fp32, 8 sequences of 1,024 tokens in micro-batches of 2,048 or 4,096, against this plan.
 """
 
 from __future__ import annotations
@@ -329,6 +328,12 @@ class UpdateSettings:
     offload: bool = False
     token_budget: int = 2048
     kl_coef: float = 0.0
+
+
+def batch_extent(seqs) -> tuple[int, float]:
+    """(the longest sequence's tokens, the largest share of a sequence's tokens that is trained) of a batch of
+    update.batch TrainSeqs: what plan_update needs of the batch."""
+    return max(len(s.token_ids) for s in seqs), max(sum(s.mask) / len(s.token_ids) for s in seqs)
 
 
 def plan_update(shape: ModelShape, u: UpdateSettings, *, gpu_bytes: int, world: int, longest: int,

@@ -32,7 +32,9 @@ from cosearch_cli.records import Passage, Question
 from cosearch_cli.rollout import RolloutConfig
 from cosearch_cli.splits import QuestionKeys
 from cosearch_cli.update.batch import TrainSeq, collate, plan_micro_batches
+from cosearch_cli.update.config import UpdateConfig
 from cosearch_cli.update.logprobs import token_logprobs
+from cosearch_cli.update.step import make_optimizer
 
 
 @dataclass
@@ -276,8 +278,7 @@ def finetune(model, demos: Sequence[Demo], config: FinetuneConfig, *, pad_id: in
     torch.manual_seed(config.seed)
     plans = plan_micro_batches(to_train_seqs(demos), config.token_budget)
     rng = random.Random(config.seed)
-    # fused, as in update/step.py's make_optimizer: no weights-sized temporary on a GPU, faster on the CPU
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, fused=True)
+    optimizer = make_optimizer(model, UpdateConfig(lr=config.lr, weight_decay=0.0))  # the update's (fused) AdamW
     model.train()
     losses: list[float] = []
     total = len(plans) * config.epochs

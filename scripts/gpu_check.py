@@ -7,9 +7,11 @@ Checks, each printed as PASS or FAIL with its numbers:
   recompute  old log-probs recomputed by the trainer: first ratio exactly 1, the gap logged
   fsdp       FSDP full-shard on a process group of one (NCCL), bf16, with and without CPU offload, against the
              plain update
-  memory     one bf16 update of a randomly initialised model of a real shape (default Qwen2.5-3B-Instruct's),
-             with and without gradient checkpointing: the measured peak GPU memory against memory_plan's
-             estimate for the same step (the plan must not be below it), and the update's tokens/s
+  memory     two update steps of a randomly initialised model of a real shape (default Qwen2.5-3B-Instruct's)
+             in bf16 and fp32, with and without gradient checkpointing and with a micro-batch twice as large:
+             the measured peak GPU memory against memory_plan's estimate for the same update (the plan must
+             not be below it; a case that runs out of memory passes only if the plan exceeds the GPU), and the
+             update's tokens/s
   train      `cosearch train` end to end on cuda in bf16 (index, rollout, group, reward, update of agent and
              ranker, evaluation) with a tiny random Llama over the SmolLM2 tokenizer
 Needs torch (CUDA build), transformers and orjson; `train` also needs polars, bm25s and PyStemmer and the SmolLM2
@@ -35,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # test_update_support: the tests' builders of models and records
 
 import torch  # noqa: E402
 
@@ -120,7 +123,6 @@ def engine_gap(engine_model, trainer_model, tokenizer) -> tuple[float, float, in
 
 def scored_records(model, n_questions: int = 4, noise: float = 0.2):
     """Scored records whose recorded log-probs are the model's own plus noise (some ratios clip)."""
-    sys.path.insert(0, str(ROOT / "tests"))
     from test_update_support import scored_record
 
     rng = random.Random(1)
@@ -139,7 +141,6 @@ def scored_records(model, n_questions: int = 4, noise: float = 0.2):
 
 def scored_record_of(vocab: int, q: int, length: int):
     """A scored record of 4 agent trajectories of `length` tokens each (log-probs random, advantages non-zero)."""
-    sys.path.insert(0, str(ROOT / "tests"))
     from test_update_support import scored_record
 
     return scored_record(f"m{q}", seed=q, vocab=vocab, lengths=(length,) * 4, ranker=False)
@@ -169,25 +170,23 @@ def shaped_model(shape):
 
 def measured_plan(shape, records, dtype: str, grad_checkpointing: bool, token_budget: int) -> int:
     """memory_plan's bytes for an update of `records` (as `cosearch update` plans it before loading)."""
-    from cosearch_cli.memory_plan import UpdateSettings, plan_update
+    from cosearch_cli.memory_plan import UpdateSettings, batch_extent, plan_update
     from cosearch_cli.update.batch import training_sequences
 
-    seqs = training_sequences(records, "agent")
+    longest, trained = batch_extent(training_sequences(records, "agent"))
     settings = UpdateSettings(dtype=dtype, grad_checkpointing=grad_checkpointing, token_budget=token_budget)
-    return plan_update(shape, settings, gpu_bytes=2**40, world=1, longest=max(len(s.token_ids) for s in seqs),
-                       trained=max(sum(s.mask) / len(s.token_ids) for s in seqs)).total
+    return plan_update(shape, settings, gpu_bytes=2**40, world=1, longest=longest, trained=trained).total
 
 
 def measured_update(shape, records, dtype: str, grad_checkpointing: bool,
-                    token_budget: int) -> tuple[int | None, int, dict]:
-    """(peak GPU bytes of two update steps from an empty GPU, the plan's bytes, the second step's metrics)."""
+                    token_budget: int) -> tuple[int | None, dict]:
+    """(peak GPU bytes of two update steps from an empty GPU, None on the CPU; the second step's metrics)."""
     import gc
 
     from cosearch_cli.update import UpdateConfig, run_update
 
-    planned = measured_plan(shape, records, dtype, grad_checkpointing, token_budget)
     on_gpu = DEVICE == "cuda"
-    if on_gpu:
+    if on_gpu:  # also frees what an earlier case that ran out of memory left
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -201,21 +200,20 @@ def measured_update(shape, records, dtype: str, grad_checkpointing: bool,
     metrics = run_update(copy.deepcopy(records), role="agent", model=model, config=config,
                          optimizer=first.optimizer).metrics
     peak = torch.cuda.max_memory_allocated() - base if on_gpu else None
-    del model
+    del model, first
     gc.collect()
     if on_gpu:
         torch.cuda.empty_cache()
-    return peak, planned, metrics
+    return peak, metrics
 
 
 def tiny_smollm2_llama(tokenizer):
-    """A randomly initialised 2-layer Llama over the SmolLM2 tokenizer (its special tokens, tied embeddings)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    """The tests' tiny random Llama over the SmolLM2 tokenizer (tests/conftest.py's tiny_lm)."""
+    from test_update_support import smollm2_llama_config
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    config = smollm2_llama_config(tokenizer, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                  num_key_value_heads=2)
     torch.manual_seed(0)
     return LlamaForCausalLM(config).eval()
 
@@ -313,20 +311,14 @@ def main() -> int:
     for shape in shapes:
         @check(f"memory {shape.name}")
         def _():
-            import gc
-
             records = [scored_record_of(shape.vocab, q, length) for q in range(2)]
             parts, ok = [], True
             for dtype, checkpointing, tokens in cases:
                 mode = f"{dtype}, checkpointing {'on' if checkpointing else 'off'}, micro-batch {tokens}"
+                planned = measured_plan(shape, records, dtype, checkpointing, tokens)
                 try:
-                    peak, planned, m = measured_update(shape, records, dtype, checkpointing, tokens)
-                except torch.OutOfMemoryError:
-                    peak = None
-                if peak is None and DEVICE == "cuda":  # out of memory: right only if the plan said so
-                    gc.collect()
-                    torch.cuda.empty_cache()
-                    planned = measured_plan(shape, records, dtype, checkpointing, tokens)
+                    peak, m = measured_update(shape, records, dtype, checkpointing, tokens)
+                except torch.OutOfMemoryError:  # right only if the plan said it would not fit
                     gpu = torch.cuda.get_device_properties(0).total_memory
                     ok = ok and planned > gpu
                     parts.append(f"{mode}: out of GPU memory; planned {planned / 2**30:.2f} GiB of "

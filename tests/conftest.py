@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cosearch_cli.cli import app
+from test_update_support import smollm2_llama_config  # noqa: F401  (test_train_vllm imports it from here)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -55,18 +56,6 @@ def tiny_lm():
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
     return model, tokenizer
-
-
-def smollm2_llama_config(tokenizer, *, hidden_size: int, intermediate_size: int, num_attention_heads: int,
-                         num_key_value_heads: int):
-    """A 2-layer Llama config over the SmolLM2 tokenizer (its special tokens, tied embeddings)."""
-    from transformers import LlamaConfig
-
-    return LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
-                       num_hidden_layers=2, num_attention_heads=num_attention_heads,
-                       num_key_value_heads=num_key_value_heads, max_position_embeddings=4096,
-                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                       pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
 
 
 @pytest.fixture(scope="session")

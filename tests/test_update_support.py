@@ -9,6 +9,19 @@ import torch
 from cosearch_cli.records import GroupInfo, RankerCall, RolloutRecord, Trajectory
 
 
+def smollm2_llama_config(tokenizer, *, hidden_size: int, intermediate_size: int, num_attention_heads: int,
+                         num_key_value_heads: int):
+    """A 2-layer Llama config over the SmolLM2 tokenizer (its special tokens, tied embeddings). Here rather than
+    in conftest so that scripts/gpu_check.py can use it without pytest."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=intermediate_size,
+                       num_hidden_layers=2, num_attention_heads=num_attention_heads,
+                       num_key_value_heads=num_key_value_heads, max_position_embeddings=4096,
+                       bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+
+
 def tiny_llama(vocab: int = 256, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -165,7 +165,7 @@ def _check_update_memory(policy_name: str, config, seqs, *, quiet: bool) -> None
     """Print this process's memory plan (stderr) and refuse with its numbers when it does not fit the GPU."""
     import torch
 
-    from cosearch_cli.memory_plan import UpdateSettings, model_shape, plan_update, update_refusal
+    from cosearch_cli.memory_plan import UpdateSettings, batch_extent, model_shape, plan_update, update_refusal
     from cosearch_cli.update import distributed
 
     if not torch.cuda.is_available():
@@ -173,8 +173,7 @@ def _check_update_memory(policy_name: str, config, seqs, *, quiet: bool) -> None
     settings = UpdateSettings(dtype=config.dtype, grad_checkpointing=config.grad_checkpointing,
                               offload=config.offload, token_budget=config.token_budget, kl_coef=config.kl_coef)
     world = distributed.rank_world()[1] if config.parallel == "fsdp" else 1
-    longest = max(len(s.token_ids) for s in seqs)
-    trained = max(sum(s.mask) / len(s.token_ids) for s in seqs)
+    longest, trained = batch_extent(seqs)
     gpu_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     plan = plan_update(model_shape(policy_name), settings, gpu_bytes=gpu_bytes, world=world, longest=longest,
                        trained=trained)
