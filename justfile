@@ -89,19 +89,21 @@ bench-bm25-memory:
 bench-retrieval:
     nice -n 10 .venv/bin/python bench/retrieval_quality.py --data ../shared/data --index indexes/shared-32k --dense
 
-# Learning evidence (issues 7, 14): search-r1, fixed-ranker and cosearch at equal compute from one supervised
-# warm-up of the shipped SmolLM2, evaluated greedy on 210 held-out dev questions (stratified, never trained,
-# warmed up or tuned on). Study 3 took 2.5 h of wall time on this 2-core machine with the three runs side by side
-# (`--threads 1` each); one after another, expect longer. Results: bench/results/learning_evidence.md.
+# Learning evidence (issues 7, 14), study 4: search-r1, fixed-ranker and cosearch at equal compute from one
+# supervised warm-up of the shipped SmolLM2, evaluated greedy on 210 held-out dev questions (stratified, never
+# trained, warmed up or tuned on); RL questions without the title shortcut (bench/title_filter.py). Study 4 took
+# 0.75 h for cosearch alone (`--threads 2`), then ~1 h for the other two side by side (`--threads 1` each) on this
+# 2-core machine. Results: bench/results/learning_evidence.md (study 3: learning_evidence_study3.md).
 learning-evidence:
     test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
     .venv/bin/python bench/learning_split.py --heldout 210 --warmup 168 --train-dev-per-dataset 60 --out runs/study3
     test -d runs/study3/warmup || .venv/bin/cosearch warmup --questions runs/study3/warmup.jsonl --exclude runs/study3/heldout.jsonl --index indexes/dev-bm25 --out runs/study3/warmup --max-turns 1 --k 3 --top-n 5 --max-new-tokens 64 --epochs 2 --lr 3e-5 --token-budget 2048 --ranker-demos evidence
-    .venv/bin/cosearch train --preset cosearch --config bench/learning.toml --name learn-cosearch
+    .venv/bin/python bench/title_filter.py --questions runs/study3/train.jsonl --index indexes/dev-bm25 --top-n 5 --out runs/study4/train.jsonl --report runs/study3/heldout.jsonl
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study4.toml --name s4-cosearch
     # fixed-ranker starts from the same models with the same greedy settings, so its eval-init is cosearch's
-    mkdir -p runs/learn-fixed-ranker && (test -d runs/learn-fixed-ranker/eval-init || cp -r runs/learn-cosearch/eval-init runs/learn-fixed-ranker/)
-    for preset in fixed-ranker search-r1; do .venv/bin/cosearch train --preset $preset --config bench/learning.toml --name learn-$preset; done
-    .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch --untrained smollm2 --shipped-eval runs/study3/eval-shipped --png bench/results/learning_curves.png --json bench/results/learning_evidence.json
+    mkdir -p runs/s4-fixed-ranker && (test -d runs/s4-fixed-ranker/eval-init || cp -r runs/s4-cosearch/eval-init runs/s4-fixed-ranker/)
+    for preset in fixed-ranker search-r1; do .venv/bin/cosearch train --preset $preset --config bench/learning_study4.toml --name s4-$preset; done
+    .venv/bin/python bench/learning_evidence.py --runs runs/s4-search-r1 runs/s4-fixed-ranker runs/s4-cosearch --untrained smollm2 --shipped-eval runs/study3/eval-shipped --png bench/results/learning_curves.png --json bench/results/learning_evidence.json
 
 # Fixed-set check (issue 7): GRPO raises the reward on the 8 training questions it sees every iteration.
 learning-overfit:

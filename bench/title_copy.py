@@ -1,5 +1,6 @@
 """How often the agent answers with the title of a passage it was shown, in the trajectories a training run
-rewarded and penalised (issue 14: the suspected shortcut of learning study 3).
+rewarded and penalised (issue 14: the shortcut found in learning study 3, which study 4 removed from its training
+questions with bench/title_filter.py).
 
     .venv/bin/python bench/title_copy.py runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch \
         [--eval start=runs/learn-cosearch/eval-init/rollouts.jsonl ...] [--data ../shared/data] \
@@ -94,7 +95,7 @@ def main() -> None:
     args = ap.parse_args()
     titles = corpus_titles(args.data)
     rows = {run.name: count(run, titles) for run in args.runs}
-    lines = ["# Title copying in the trajectories training reinforced (learning study 3)", "",
+    lines = ["# Title copying in the trajectories training reinforced (learning studies 3 and 4)", "",
              "Command: `.venv/bin/python bench/title_copy.py " + " ".join(str(r) for r in args.runs)
              + "".join(f" --eval {e}" for e in args.eval)
              + " --out bench/results/title_copy.md` (reads the runs' rollouts; no model, no timing).", "",
