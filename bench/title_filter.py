@@ -58,25 +58,23 @@ def read_rows(path: Path) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--questions", required=True)
-    parser.add_argument("--index", required=True)
-    parser.add_argument("--top-n", type=int, default=5)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--report", nargs="*", default=[])
+    parser.add_argument("--questions", required=True, help="training questions (JSONL) to filter")
+    parser.add_argument("--index", required=True, help="the index folder the runs search")
+    parser.add_argument("--top-n", type=int, default=5, help="retrieved passages whose titles count (the run's N)")
+    parser.add_argument("--out", required=True, help="where to write the kept questions (JSONL)")
+    parser.add_argument("--report", nargs="*", default=[], help="question files to count, never filter")
     args = parser.parse_args()
     index = open_index(args.index)
     rows = read_rows(Path(args.questions))
     dropped = flags(rows, index, args.top_n)
     kept = [r for r, d in zip(rows, dropped) if not d]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     counts = {"questions": len(rows), "dropped": sum(dropped), "kept": len(kept)}
     for name in args.report:
         other = flags(read_rows(Path(name)), index, args.top_n)
         counts[f"report:{name}"] = f"{sum(other)} of {len(other)} would be dropped"
     manifest = make_manifest("title_filter", options={**vars(args), "counts": counts},
                              inputs={args.questions: file_sha256(args.questions)})
-    with Writer(out, manifest=manifest) as w:
+    with Writer(args.out, manifest=manifest) as w:
         w.write_all(kept)
     print(orjson.dumps(counts, option=orjson.OPT_INDENT_2).decode())
 
