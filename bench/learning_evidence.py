@@ -30,6 +30,15 @@ def load(run: Path) -> list[dict]:
     return rows
 
 
+PER_ITERATION = COLUMNS + ("agent_kl_heldout", "ranker_kl_heldout")
+
+
+def per_iteration(rows: list[dict]) -> list[dict]:
+    """The training iterations' figures (the table's columns and the held-out KL of each update), for the json."""
+    return [{c: r.get(c) for c in PER_ITERATION if r.get(c) is not None}
+            for r in sorted(rows, key=lambda r: r["iteration"]) if r["iteration"] >= 0]
+
+
 def table(rows: list[dict]) -> str:
     present = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
     out = ["| " + " | ".join(present) + " | step seconds |", "|" + "---|" * (len(present) + 1)]
@@ -149,7 +158,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", nargs="+", required=True, help="run folders (each with metrics.parquet)")
     ap.add_argument("--png", required=True, help="where to draw the curves of all runs")
-    ap.add_argument("--json", help="write the held-out figures of every run here (issue 14's fields)")
+    ap.add_argument("--json", help="write the held-out figures of every run here (issue 14's fields), with each "
+                                   "run's per-iteration figures")
     ap.add_argument("--untrained", help="also score this model (e.g. smollm2, the shipped one) as a ranker on "
                                         "the shared held-out calls, against each run's final ranker")
     ap.add_argument("--shipped-eval", help="folder for the greedy held-out evaluation of the --untrained model as "
@@ -176,6 +186,7 @@ def main() -> None:
             out["shipped_eval"] = args.shipped_eval
         out["presets"] = [run_figures(Path(r), calls, args.untrained, shipped) for r in args.runs]
         out["pairwise_agent_f1"] = pairwise([Path(r) for r in args.runs])
+        out["per_iteration"] = {name: per_iteration(rows) for name, rows in runs.items()}
         Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
         print(summary(out["presets"]))
         for pair in out["pairwise_agent_f1"]:

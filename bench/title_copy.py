@@ -10,7 +10,8 @@ A trajectory copies a title when its normalised answer (SQuAD normalisation, as 
 normalised title of a passage shown to it in any turn. Read from every iteration's scored.jsonl: the
 trajectories of kept agent groups carry their advantage (positive: reinforced, negative: discouraged); the
 others have advantage 0 or none. --eval NAME=ROLLOUTS adds held-out greedy evaluations: how many answers copy a
-title, and how many of those and of the others are exact matches. No model is loaded.
+title, and how many of those and of the others are exact matches; and against the first --eval, how many answers
+and queries changed and how many changed answers score a higher or lower F1. No model is loaded.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_io import write_results  # noqa: E402
 
-from cosearch_cli.metrics import exact_match, normalize_answer  # noqa: E402
+from cosearch_cli.metrics import exact_match, normalize_answer, token_f1  # noqa: E402
 
 
 def corpus_titles(data: Path) -> dict[str, str]:
@@ -67,8 +68,10 @@ def count(run: Path, titles: dict[str, str]) -> dict:
     return c
 
 
-def held_out(rollouts: Path, titles: dict[str, str]) -> dict:
+def held_out(rollouts: Path, titles: dict[str, str]) -> tuple[dict, dict]:
+    """Counts of one held-out evaluation, and per question (answer, queries, F1) for comparing evaluations."""
     c = dict(answers=0, copies=0, copies_exact=0, others_exact=0)
+    answers = {}
     with rollouts.open("rb") as f:
         for line in f:
             record = orjson.loads(line)
@@ -78,7 +81,19 @@ def held_out(rollouts: Path, titles: dict[str, str]) -> dict:
                 c["answers"] += 1
                 c["copies"] += copy
                 c["copies_exact" if copy else "others_exact"] += exact
-    return c
+                answers[(record["question_id"], t.get("sample", 0))] = (
+                    t.get("answer"), [turn.get("query") for turn in t["turns"]],
+                    token_f1(t.get("answer") or "", record["answers"]))
+    return c, answers
+
+
+def changes(before: dict, after: dict) -> dict:
+    """How many answers (and queries) of `after` differ from `before` on the same questions, and how many of the
+    changed answers score a higher or a lower F1."""
+    changed = [k for k in before if before[k][0] != after[k][0]]
+    return {"answers_changed": len(changed), "f1_higher": sum(after[k][2] > before[k][2] for k in changed),
+            "f1_lower": sum(after[k][2] < before[k][2] for k in changed),
+            "queries_changed": sum(before[k][1] != after[k][1] for k in before)}
 
 
 def share(part: int, whole: int) -> str:
@@ -108,18 +123,23 @@ def main() -> None:
                      f"{share(c['reinforced_copies'], c['reinforced'])} | "
                      f"{share(c['discouraged_copies'], c['discouraged'])} | "
                      f"{share(c['rewarded_copies'], c['rewarded'])} |")
-    evals = {}
+    evals, answers = {}, {}
     for item in args.eval:
         name, _, path = item.partition("=")
-        evals[name] = held_out(Path(path), titles)
+        evals[name], answers[name] = held_out(Path(path), titles)
     if evals:
-        lines += ["", "Held-out greedy evaluations (the same questions for each):", "",
-                  "| evaluation | answers | copy a title | exact among copies | exact among the others |",
-                  "|---|---|---|---|---|"]
+        first = next(iter(answers))
+        for name in evals:
+            evals[name] |= changes(answers[first], answers[name])
+        lines += ["", f"Held-out greedy evaluations (the same questions for each; changes against {first}):", "",
+                  "| evaluation | answers | copy a title | exact among copies | exact among the others "
+                  "| answers changed | of those, F1 higher | F1 lower | queries changed |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for name, c in evals.items():
             others = c["answers"] - c["copies"]
             lines.append(f"| {name} | {c['answers']} | {c['copies']} | {share(c['copies_exact'], c['copies'])} | "
-                         f"{share(c['others_exact'], others)} |")
+                         f"{share(c['others_exact'], others)} | {c['answers_changed']} | {c['f1_higher']} "
+                         f"| {c['f1_lower']} | {c['queries_changed']} |")
     write_results(args.out, "\n".join(lines) + "\n", {"runs": rows, "held_out": evals})
 
 

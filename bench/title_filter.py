@@ -38,7 +38,7 @@ def title_forms(title: str) -> set[str]:
 
 
 def answer_is_title(answers: list[str], titles: list[str]) -> bool:
-    forms = set().union(*(title_forms(t) for t in titles)) if titles else set()
+    forms = set().union(*map(title_forms, titles))
     return any(normalize_answer(a) in forms for a in answers)
 
 
