@@ -105,6 +105,18 @@ learning-evidence:
     for preset in fixed-ranker search-r1; do .venv/bin/cosearch train --preset $preset --config bench/learning_study4.toml --name s4-$preset; done
     .venv/bin/python bench/learning_evidence.py --runs runs/s4-search-r1 runs/s4-fixed-ranker runs/s4-cosearch --untrained smollm2 --shipped-eval runs/study3/eval-shipped --png bench/results/learning_curves.png --json bench/results/learning_evidence.json
 
+# Two levers on study 4's cosearch run (issue 14), after `just learning-evidence`: study 5 = lr 2e-5 instead of
+# 5e-6 (8 iterations, ~0.6 h), study 6 = study 4 continued to 20 iterations (resumed from its folder: the same
+# result as a fresh 20-iteration run; 12 more iterations + evaluation, ~0.9 h). Results:
+# bench/results/learning_levers.md, title_copy.md.
+learning-levers:
+    mkdir -p runs/s5-cosearch && (test -d runs/s5-cosearch/eval-init || cp -r runs/s4-cosearch/eval-init runs/s5-cosearch/)
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study5.toml --name s5-cosearch
+    mkdir -p runs/s6-cosearch && (test -d runs/s6-cosearch/iter-0007 || cp -r runs/s4-cosearch/eval-init runs/s4-cosearch/iter-00* runs/s6-cosearch/)
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study6.toml --name s6-cosearch
+    .venv/bin/python bench/learning_evidence.py --runs runs/s4-cosearch runs/s5-cosearch runs/s6-cosearch --untrained smollm2 --shipped-eval runs/study3/eval-shipped --png bench/results/learning_levers.png --json bench/results/learning_levers.json --title "cosearch preset: study 4 (lr 5e-6, 8 it.), study 5 (lr 2e-5), study 6 (20 it.)"
+    .venv/bin/python bench/title_copy.py runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch runs/s4-search-r1 runs/s4-fixed-ranker runs/s4-cosearch runs/s5-cosearch runs/s6-cosearch --eval start=runs/learn-cosearch/eval-init/rollouts.jsonl --eval search-r1-end=runs/learn-search-r1/iter-0007/eval/rollouts.jsonl --eval fixed-ranker-end=runs/learn-fixed-ranker/iter-0007/eval/rollouts.jsonl --eval cosearch-end=runs/learn-cosearch/iter-0007/eval/rollouts.jsonl --eval s4-search-r1-end=runs/s4-search-r1/iter-0007/eval/rollouts.jsonl --eval s4-fixed-ranker-end=runs/s4-fixed-ranker/iter-0007/eval/rollouts.jsonl --eval s4-cosearch-end=runs/s4-cosearch/iter-0007/eval/rollouts.jsonl --eval s5-cosearch-end=runs/s5-cosearch/iter-0007/eval/rollouts.jsonl --eval s6-cosearch-end=runs/s6-cosearch/iter-0019/eval/rollouts.jsonl --out bench/results/title_copy.md
+
 # Fixed-set check (issue 7): GRPO raises the reward on the 8 training questions it sees every iteration.
 learning-overfit:
     .venv/bin/python bench/learning_split.py --out runs/learning --subset bench/learning_overfit_ids.txt

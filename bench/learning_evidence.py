@@ -39,6 +39,17 @@ def per_iteration(rows: list[dict]) -> list[dict]:
             for r in sorted(rows, key=lambda r: r["iteration"]) if r["iteration"] >= 0]
 
 
+def run_totals(per_iter: list[dict]) -> dict:
+    """Over a run's updates: groups trained per role, updates made, and the mean held-out KL of an update."""
+    out = {}
+    for role in ("agent", "ranker"):
+        kls = [r[f"{role}_kl_heldout"] for r in per_iter if r.get(f"{role}_kl_heldout") is not None]
+        out[f"{role}_groups_trained"] = sum(r.get(f"{role}_groups_kept") or 0 for r in per_iter)
+        out[f"{role}_updates"] = len(kls)
+        out[f"{role}_kl_heldout_mean"] = sum(kls) / len(kls) if kls else None
+    return out
+
+
 def table(rows: list[dict]) -> str:
     present = [c for c in COLUMNS if any(r.get(c) is not None for r in rows)]
     out = ["| " + " | ".join(present) + " | step seconds |", "|" + "---|" * (len(present) + 1)]
@@ -187,6 +198,7 @@ def main() -> None:
         out["presets"] = [run_figures(Path(r), calls, args.untrained, shipped) for r in args.runs]
         out["pairwise_agent_f1"] = pairwise([Path(r) for r in args.runs])
         out["per_iteration"] = {name: per_iteration(rows) for name, rows in runs.items()}
+        out["totals"] = {name: run_totals(rows) for name, rows in out["per_iteration"].items()}
         Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
         print(summary(out["presets"]))
         for pair in out["pairwise_agent_f1"]:

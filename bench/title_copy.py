@@ -1,13 +1,14 @@
-"""How often the agent answers with the title of a passage it was shown, in the trajectories a training run
-rewarded and penalised (issue 14: the shortcut found in learning study 3, which study 4 removed from its training
-questions with bench/title_filter.py).
+"""How often the agent answers with the title of a passage it was shown, or repeats the question, in the
+trajectories a training run rewarded and penalised (issue 14: the title shortcut found in learning study 3, which
+study 4 removed from its training questions with bench/title_filter.py; the question repeats that grew in study 5).
 
     .venv/bin/python bench/title_copy.py runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch \
         [--eval start=runs/learn-cosearch/eval-init/rollouts.jsonl ...] [--data ../shared/data] \
         [--out bench/results/title_copy.md]
 
 A trajectory copies a title when its normalised answer (SQuAD normalisation, as EM uses) equals the
-normalised title of a passage shown to it in any turn. Read from every iteration's scored.jsonl: the
+normalised title of a passage shown to it in any turn. It repeats the question when its normalised answer has
+at least 4 words and at least 80% of them occur in the normalised question. Read from every iteration's scored.jsonl: the
 trajectories of kept agent groups carry their advantage (positive: reinforced, negative: discouraged); the
 others have advantage 0 or none. --eval NAME=ROLLOUTS adds held-out greedy evaluations: how many answers copy a
 title, and how many of those and of the others are exact matches; and against the first --eval, how many answers
@@ -44,21 +45,32 @@ def copies_title(trajectory: dict, titles: dict[str, str]) -> bool:
     return normalize_answer(trajectory["answer"]) in shown - {""}
 
 
+def repeats_question(answer: str | None, question: str) -> bool:
+    """The answer is mostly the question's own words: >= 4 words, >= 80% of them in the question (normalised)."""
+    words = normalize_answer(answer or "").split()
+    asked = set(normalize_answer(question).split())
+    return len(words) >= 4 and sum(word in asked for word in words) >= 0.8 * len(words)
+
+
 def count(run: Path, titles: dict[str, str]) -> dict:
     c = dict(trajectories=0, copies=0, reinforced=0, reinforced_copies=0, discouraged=0, discouraged_copies=0,
-             rewarded=0, rewarded_copies=0, iterations=0)
+             rewarded=0, rewarded_copies=0, repeats=0, reinforced_repeats=0, iterations=0)
     for scored in sorted(run.glob("iter-*/scored.jsonl")):
         c["iterations"] += 1
         with scored.open("rb") as f:
             for line in f:
-                for t in orjson.loads(line)["trajectories"]:
+                record = orjson.loads(line)
+                for t in record["trajectories"]:
                     copy = copies_title(t, titles)
+                    repeat = repeats_question(t.get("answer"), record["question"])
                     advantage = t.get("advantage") or 0.0
                     c["trajectories"] += 1
                     c["copies"] += copy
+                    c["repeats"] += repeat
                     if advantage > 0:
                         c["reinforced"] += 1
                         c["reinforced_copies"] += copy
+                        c["reinforced_repeats"] += repeat
                     elif advantage < 0:
                         c["discouraged"] += 1
                         c["discouraged_copies"] += copy
@@ -70,7 +82,7 @@ def count(run: Path, titles: dict[str, str]) -> dict:
 
 def held_out(rollouts: Path, titles: dict[str, str]) -> tuple[dict, dict]:
     """Counts of one held-out evaluation, and per question (answer, queries, F1) for comparing evaluations."""
-    c = dict(answers=0, copies=0, copies_exact=0, others_exact=0)
+    c = dict(answers=0, copies=0, copies_exact=0, others_exact=0, repeats=0)
     answers = {}
     with rollouts.open("rb") as f:
         for line in f:
@@ -80,6 +92,7 @@ def held_out(rollouts: Path, titles: dict[str, str]) -> tuple[dict, dict]:
                 exact = t.get("answer") is not None and exact_match(t["answer"], record["answers"]) > 0
                 c["answers"] += 1
                 c["copies"] += copy
+                c["repeats"] += repeats_question(t.get("answer"), record["question"])
                 c["copies_exact" if copy else "others_exact"] += exact
                 answers[(record["question_id"], t.get("sample", 0))] = (
                     t.get("answer"), [turn.get("query") for turn in t["turns"]],
@@ -110,19 +123,23 @@ def main() -> None:
     args = ap.parse_args()
     titles = corpus_titles(args.data)
     rows = {run.name: count(run, titles) for run in args.runs}
-    lines = ["# Title copying in the trajectories training reinforced (learning studies 3 and 4)", "",
+    lines = ["# Title copies and question repeats in the trajectories training reinforced (learning studies 3-6)", "",
              "Command: `.venv/bin/python bench/title_copy.py " + " ".join(str(r) for r in args.runs)
              + "".join(f" --eval {e}" for e in args.eval)
-             + " --out bench/results/title_copy.md` (reads the runs' rollouts; no model, no timing).", "",
+             + f" --out {args.out}` (reads the runs' rollouts; no model, no timing).", "",
              "A trajectory copies a title when its normalised answer equals the normalised title of a passage it "
-             "was shown. Reinforced: positive advantage in a kept agent group; discouraged: negative.", "",
+             "was shown. It repeats the question when its normalised answer has at least 4 words and at least 80% of "
+             "them occur in the normalised question. Reinforced: positive advantage in a kept agent group; "
+             "discouraged: negative.", "",
              "| run | iterations | trajectories | copy a title | reinforced that copy | discouraged that copy | "
-             "rewarded (EM) that copy |", "|---|---|---|---|---|---|---|"]
+             "rewarded (reward > 0) that copy | repeat the question | reinforced that repeat |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, c in rows.items():
         lines.append(f"| {name} | {c['iterations']} | {c['trajectories']} | {share(c['copies'], c['trajectories'])} | "
                      f"{share(c['reinforced_copies'], c['reinforced'])} | "
                      f"{share(c['discouraged_copies'], c['discouraged'])} | "
-                     f"{share(c['rewarded_copies'], c['rewarded'])} |")
+                     f"{share(c['rewarded_copies'], c['rewarded'])} | {share(c['repeats'], c['trajectories'])} | "
+                     f"{share(c['reinforced_repeats'], c['reinforced'])} |")
     evals, answers = {}, {}
     for item in args.eval:
         name, _, path = item.partition("=")
@@ -133,13 +150,13 @@ def main() -> None:
             evals[name] |= changes(answers[first], answers[name])
         lines += ["", f"Held-out greedy evaluations (the same questions for each; changes against {first}):", "",
                   "| evaluation | answers | copy a title | exact among copies | exact among the others "
-                  "| answers changed | of those, F1 higher | F1 lower | queries changed |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| repeat the question | answers changed | of those, F1 higher | F1 lower | queries changed |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for name, c in evals.items():
             others = c["answers"] - c["copies"]
             lines.append(f"| {name} | {c['answers']} | {c['copies']} | {share(c['copies_exact'], c['copies'])} | "
-                         f"{share(c['others_exact'], others)} | {c['answers_changed']} | {c['f1_higher']} "
-                         f"| {c['f1_lower']} | {c['queries_changed']} |")
+                         f"{share(c['others_exact'], others)} | {c['repeats']} | {c['answers_changed']} | "
+                         f"{c['f1_higher']} | {c['f1_lower']} | {c['queries_changed']} |")
     write_results(args.out, "\n".join(lines) + "\n", {"runs": rows, "held_out": evals})
 
 
