@@ -8,9 +8,9 @@ study 4 removed from its training questions with bench/title_filter.py; the ques
 
 A trajectory copies a title when its normalised answer (SQuAD normalisation, as EM uses) equals the
 normalised title of a passage shown to it in any turn. It repeats the question when its normalised answer has
-at least 4 words and at least 80% of them occur in the normalised question. Read from every iteration's scored.jsonl: the
-trajectories of kept agent groups carry their advantage (positive: reinforced, negative: discouraged); the
-others have advantage 0 or none. --eval NAME=ROLLOUTS adds held-out greedy evaluations: how many answers copy a
+at least 4 words and at least 80% of them occur in the normalised question. Read from every iteration's
+scored.jsonl: the trajectories of kept agent groups carry their advantage (positive: reinforced, negative:
+discouraged); the others have advantage 0 or none. --eval NAME=ROLLOUTS adds held-out greedy evaluations: how many answers copy a
 title, and how many of those and of the others are exact matches; and against the first --eval, how many answers
 and queries changed and how many changed answers score a higher or lower F1. No model is loaded.
 """
