@@ -539,15 +539,29 @@ class Runner:
     # -- setup ------------------------------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Create the run folder, or check that an existing one was made with the same configuration."""
+        """Create the run folder, or check that an existing one was made with the same configuration.
+
+        The one setting that may grow is `iterations`: neither the lr schedule, nor the question order, nor the
+        seeds depend on it, so a run continued to more iterations is the longer run from the start (plus the
+        held-out evaluation its old last iteration made)."""
         self.paths.root.mkdir(parents=True, exist_ok=True)
         text = to_toml(self.config)
-        if self.paths.config.is_file():
-            if self.paths.config.read_text() != text:
-                raise ConfigError(f"{self.paths.root} holds a run with another configuration",
-                                  fix="resume with the same options, or choose another --name")
-        else:
+        if not self.paths.config.is_file():
             write_bytes_atomic(self.paths.config, text.encode())
+            return
+        stored = self.paths.config.read_text()
+        if stored == text:
+            return
+        before = tomllib.loads(stored).get("iterations")
+        if not isinstance(before, int) or to_toml(replace(self.config, iterations=before)) != stored:
+            raise ConfigError(f"{self.paths.root} holds a run with another configuration",
+                              fix="resume with the same options (only --iterations may grow), or choose another --name")
+        if self.config.iterations < before:
+            raise ConfigError(f"{self.paths.root} holds a run of {before} iterations; --iterations "
+                              f"{self.config.iterations} would shorten it",
+                              fix=f"give --iterations {before} or more, or choose another --name")
+        self.log(f"continuing {self.paths.root} from {before} to {self.config.iterations} iterations")
+        write_bytes_atomic(self.paths.config, text.encode())
 
     @property
     def index(self):

@@ -127,6 +127,27 @@ def test_rerun_with_other_options_is_refused(tmp_path, tiny_model_dir):
         training.Runner(_config(tmp_path, tiny_model_dir, iterations=1, eval_init=False, lr=0.5)).prepare()
 
 
+def test_a_finished_run_continues_to_more_iterations_as_the_longer_run(tmp_path, tiny_model_dir):
+    from cosearch_cli import train as training
+
+    longer = training.Runner(_config(tmp_path / "a", tiny_model_dir, iterations=2, eval_init=False)).run()
+    short = _config(tmp_path / "b", tiny_model_dir, iterations=1, eval_init=False)
+    root = training.Runner(short).run()
+    assert (root / "iter-0000" / "eval").is_dir() and not (root / "iter-0001").exists()
+    with pytest.raises(ConfigError, match="another configuration"):  # only `iterations` may change
+        training.Runner(_config(tmp_path / "b", tiny_model_dir, iterations=2, eval_init=False, lr=0.5)).prepare()
+    messages = []
+    training.Runner(_config(tmp_path / "b", tiny_model_dir, iterations=2, eval_init=False),
+                    log=messages.append).run()
+    assert f"continuing {root} from 1 to 2 iterations" in messages
+    assert "iterations = 2\n" in (root / "config.toml").read_text()
+    extended = _artifacts(root)
+    # the old last iteration's evaluation stays; everything else is the 2-iteration run's, byte for byte
+    assert {k: v for k, v in extended.items() if not k.startswith("iter-0000/eval")} == _artifacts(longer)
+    with pytest.raises(ConfigError, match="holds a run of 2 iterations; --iterations 1 would shorten it"):
+        training.Runner(_config(tmp_path / "b", tiny_model_dir, iterations=1, eval_init=False)).prepare()
+
+
 def test_demo_flow_reuses_the_final_evaluation_for_the_oracle_study(tmp_path, tiny_model_dir):
     from cosearch_cli import train as training
     from cosearch_cli.demo import run_demo
