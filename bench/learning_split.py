@@ -23,6 +23,10 @@ extra files' questions whose text is not held out, to `train.jsonl` (+ manifest)
 have no passages in the corpus, so they give no demonstration) to `warmup.jsonl`: the supervised warm-up that
 every preset of the study starts from trains on them, and RL never draws them.
 
+`--more-warmup N` also writes `warmup_more.jsonl`: the next N dev questions of each dataset in sha1 order after
+the training ones (so never held out, never trained on by RL, never in warmup.jsonl), for a warm-up with more
+demonstrations than warmup.jsonl gives (issue 14's ranker lever). The other files do not change.
+
 `--subset FILE` (one training-question id per line) also writes `subset.jsonl`: those training questions only,
 for the fixed-set check that GRPO raises the reward on the questions it trains on (learning_overfit.toml).
 """
@@ -90,6 +94,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=0,
                     help="move this many training dev questions, round-robin over the datasets, to warmup.jsonl "
                          "(a supervised warm-up's questions, never rolled out by RL nor evaluated)")
+    ap.add_argument("--more-warmup", type=int, default=0,
+                    help="with --heldout: write the next N dev questions per dataset after the training ones to "
+                         "warmup_more.jsonl (more warm-up demonstrations)")
     ap.add_argument("--subset", help="file of training-question ids (one per line) to write as subset.jsonl")
     args = ap.parse_args()
     dev_files = sorted((args.data / "dev").glob("*.jsonl"))
@@ -100,15 +107,17 @@ def main() -> None:
         excluded = excluded_questions(args.exclude, dev)
         evaluation, counts = draw_heldout(by_dataset, args.heldout, QuestionKeys(excluded))
         held = QuestionKeys(evaluation)
-        train = []
+        train, more = [], []
         for questions in by_dataset.values():
-            train += [q for q in sha1_order(questions) if not held.matches(q)][:args.train_dev_per_dataset]
+            kept = [q for q in sha1_order(questions) if not held.matches(q)]
+            train += kept[:args.train_dev_per_dataset]
+            more += kept[args.train_dev_per_dataset:args.train_dev_per_dataset + args.more_warmup]
         for path in extra_files:
             train += [q for q in sha1_order(read_file(path)) if not held.matches(q)][:args.train_extra_per_file]
         check_no_overlap(excluded, evaluation)
     else:
-        assert not args.exclude, "--exclude applies to --heldout"
-        evaluation, train, counts = [], [], None
+        assert not args.exclude and not args.more_warmup, "--exclude and --more-warmup apply to --heldout"
+        evaluation, train, counts, more = [], [], None, []
         for questions in by_dataset.values():
             ordered = sha1_order(questions)
             evaluation += ordered[:args.eval_per_dataset]
@@ -138,6 +147,12 @@ def main() -> None:
     if warmup:
         write(out / "warmup.jsonl", warmup, make_manifest("learning-split", options | {"role": "warm-up"},
                                                           inputs=inputs))
+    if more:
+        used = QuestionKeys(train + warmup)  # a dev question whose text an extra-file training question repeats
+        more = [q for q in more if not used.matches(q)]
+        check_no_overlap(more, evaluation)
+        write(out / "warmup_more.jsonl", more, make_manifest("learning-split", options | {"role": "warm-up (more)"},
+                                                             inputs=inputs))
     if args.subset:
         wanted = [line.split("#")[0].strip() for line in Path(args.subset).read_text().splitlines()]
         by_id = {q.id: q for q in train}

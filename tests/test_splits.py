@@ -78,7 +78,7 @@ def test_learning_split_writes_a_stratified_disjoint_heldout_set_with_a_manifest
     out = tmp_path / "split"
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "learning_split.py"), "--data", str(data),
                              "--heldout", "60", "--exclude", str(tmp_path / "warmup.json"), "--train-dev-per-dataset",
-                             "3", "--train-extra-per-file", "500", "--out", str(out)],
+                             "3", "--train-extra-per-file", "500", "--more-warmup", "2", "--out", str(out)],
                             capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     held = [json.loads(line) for line in (out / "heldout.jsonl").read_text().splitlines()]
@@ -97,6 +97,21 @@ def test_learning_split_writes_a_stratified_disjoint_heldout_set_with_a_manifest
     assert len(train) == 7 * 3 + (len(rows) - 60)  # every copy not of a held-out question
     assert held[0].keys() >= {"id", "question", "answers", "dataset", "source_split"}  # fields kept
     assert (out / "train.manifest.json").is_file() and not (out / "eval.jsonl").exists()
+    # --more-warmup: here every dev text comes back as an extra-file training copy, so none is left for it
+    assert (out / "warmup_more.jsonl").read_text() == ""
+    # without the copies: the 2 dev questions of each dataset that follow its 3 training ones in sha1 order
+    (data / "extra_qa_only" / "copies_qa_only.jsonl").unlink()
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "learning_split.py"), "--data", str(data),
+                             "--heldout", "60", "--exclude", str(tmp_path / "warmup.json"), "--train-dev-per-dataset",
+                             "3", "--more-warmup", "2", "--out", str(tmp_path / "split2")],
+                            capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    more = [json.loads(line) for line in (tmp_path / "split2" / "warmup_more.jsonl").read_text().splitlines()]
+    held_ids = {r["id"] for r in held}
+    for dataset, members in by_dataset.items():
+        kept = [r["id"] for r in sha1_order_rows(members) if r["id"] not in held_ids]
+        assert [r["id"] for r in more if r["dataset"] == dataset] == kept[3:5], dataset
+    assert len(more) == 14 and not {r["id"] for r in more} & (held_ids | {r["id"] for r in train})
 
 
 def sha1_order_rows(rows: list[dict]) -> list[dict]:
