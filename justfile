@@ -117,6 +117,19 @@ learning-levers:
     .venv/bin/python bench/learning_evidence.py --runs runs/s4-cosearch runs/s5-cosearch runs/s6-cosearch --untrained smollm2 --shipped-eval runs/study3/eval-shipped --png bench/results/learning_levers.png --json bench/results/learning_levers.json --title "cosearch preset: study 4 (lr 5e-6, 8 it.), study 5 (lr 2e-5), study 6 (20 it.)"
     .venv/bin/python bench/title_copy.py runs/learn-search-r1 runs/learn-fixed-ranker runs/learn-cosearch runs/s4-search-r1 runs/s4-fixed-ranker runs/s4-cosearch runs/s5-cosearch runs/s6-cosearch --eval start=runs/learn-cosearch/eval-init/rollouts.jsonl --eval search-r1-end=runs/learn-search-r1/iter-0007/eval/rollouts.jsonl --eval fixed-ranker-end=runs/learn-fixed-ranker/iter-0007/eval/rollouts.jsonl --eval cosearch-end=runs/learn-cosearch/iter-0007/eval/rollouts.jsonl --eval s4-search-r1-end=runs/s4-search-r1/iter-0007/eval/rollouts.jsonl --eval s4-fixed-ranker-end=runs/s4-fixed-ranker/iter-0007/eval/rollouts.jsonl --eval s4-cosearch-end=runs/s4-cosearch/iter-0007/eval/rollouts.jsonl --eval s5-cosearch-end=runs/s5-cosearch/iter-0007/eval/rollouts.jsonl --eval s6-cosearch-end=runs/s6-cosearch/iter-0019/eval/rollouts.jsonl --out bench/results/title_copy.md
 
+# Learning evidence, study 7 (issue 14): study 4 with 16 groups per update, 4 iterations; then the analysis.
+learning-study7:
+    mkdir -p runs/s7-cosearch && (test -d runs/s7-cosearch/eval-init || cp -r runs/s4-cosearch/eval-init runs/s7-cosearch/)
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study7.toml --name s7-cosearch
+    .venv/bin/python bench/learning_evidence.py --runs runs/s4-cosearch runs/s6-cosearch runs/s7-cosearch --untrained smollm2 --shipped-eval runs/study3/eval-shipped --png bench/results/learning_study7.png --json bench/results/learning_study7.json --title "cosearch preset: study 4 (4 groups/update, 8 it.), study 6 (20 it.), study 7 (16 groups/update, 4 it.)"
+    .venv/bin/python bench/title_copy.py runs/s4-cosearch runs/s6-cosearch runs/s7-cosearch --eval start=runs/s4-cosearch/eval-init/rollouts.jsonl --eval s4-cosearch-end=runs/s4-cosearch/iter-0007/eval/rollouts.jsonl --eval s6-cosearch-end=runs/s6-cosearch/iter-0019/eval/rollouts.jsonl --eval s7-cosearch-end=runs/s7-cosearch/iter-0003/eval/rollouts.jsonl --out bench/results/title_copy_study7.md
+
+# A ranker warm-up with 4x the demonstrations (issue 14's ranker lever), judged on the 210 held-out ranker calls.
+ranker-warmup:
+    .venv/bin/python bench/learning_split.py --heldout 210 --warmup 168 --train-dev-per-dataset 60 --more-warmup 100 --out runs/study7-split
+    .venv/bin/cosearch warmup --questions runs/study3/warmup.jsonl --questions runs/study7-split/warmup_more.jsonl --index indexes/dev-bm25 --out runs/study7-split/warmup-ranker --exclude runs/study3/heldout.jsonl --ranker-demos shuffled --epochs 1 --lr 3e-5 --token-budget 2048 --k 3 --top-n 5 --max-turns 1 --max-new-tokens 64 --seed 0
+    .venv/bin/cosearch evaluate ranker --calls runs/s4-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --ranker-model runs/study7-split/warmup-ranker --baseline-model runs/study3/warmup -o runs/study7-split/ranker-eval.json
+
 # Fixed-set check (issue 7): GRPO raises the reward on the 8 training questions it sees every iteration.
 learning-overfit:
     .venv/bin/python bench/learning_split.py --out runs/learning --subset bench/learning_overfit_ids.txt

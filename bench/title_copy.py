@@ -10,9 +10,10 @@ A trajectory copies a title when its normalised answer (SQuAD normalisation, as 
 normalised title of a passage shown to it in any turn. It repeats the question when its normalised answer has
 at least 4 words and at least 80% of them occur in the normalised question. Read from every iteration's
 scored.jsonl: the trajectories of kept agent groups carry their advantage (positive: reinforced, negative:
-discouraged); the others have advantage 0 or none. --eval NAME=ROLLOUTS adds held-out greedy evaluations: how many answers copy a
-title, and how many of those and of the others are exact matches; and against the first --eval, how many answers
-and queries changed and how many changed answers score a higher or lower F1. No model is loaded.
+discouraged); the others have advantage 0 or none. --eval NAME=ROLLOUTS adds held-out greedy evaluations: how
+many answers copy a title, and how many of those and of the others are exact matches; and against the first
+--eval, how many answers and queries changed and how many changed answers score a higher or lower F1. No model
+is loaded.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ def main() -> None:
     args = ap.parse_args()
     titles = corpus_titles(args.data)
     rows = {run.name: count(run, titles) for run in args.runs}
-    lines = ["# Title copies and question repeats in the trajectories training reinforced (learning studies 3-6)", "",
+    lines = ["# Title copies and question repeats in the trajectories training reinforced "
+             "(issue 14: learning studies 3-7)", "",
              "Command: `.venv/bin/python bench/title_copy.py " + " ".join(str(r) for r in args.runs)
              + "".join(f" --eval {e}" for e in args.eval)
              + f" --out {args.out}` (reads the runs' rollouts; no model, no timing).", "",
