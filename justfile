@@ -129,6 +129,7 @@ ranker-warmup:
     .venv/bin/python bench/learning_split.py --heldout 210 --warmup 168 --train-dev-per-dataset 60 --more-warmup 100 --out runs/study7-split
     .venv/bin/cosearch warmup --questions runs/study3/warmup.jsonl --questions runs/study7-split/warmup_more.jsonl --index indexes/dev-bm25 --out runs/study7-split/warmup-ranker --exclude runs/study3/heldout.jsonl --ranker-demos shuffled --epochs 1 --lr 3e-5 --token-budget 2048 --k 3 --top-n 5 --max-turns 1 --max-new-tokens 64 --seed 0
     .venv/bin/cosearch evaluate ranker --calls runs/s4-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --ranker-model runs/study7-split/warmup-ranker --baseline-model runs/study3/warmup -o runs/study7-split/ranker-eval.json --per-call runs/study7-split/ranker-calls.parquet
+    .venv/bin/python bench/ranker_warmup_summary.py --eval runs/study7-split/ranker-eval.json --per-call runs/study7-split/ranker-calls.parquet --warmup runs/study7-split/warmup-ranker --out bench/results/ranker_warmup.json
 
 # Fixed-set check (issue 7): GRPO raises the reward on the 8 training questions it sees every iteration.
 learning-overfit:

@@ -1,0 +1,30 @@
+"""bench/ranker_warmup_summary.py: calls a ranker put in another order than the retriever, counted by hand."""
+
+import sys
+
+import polars as pl
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+from ranker_warmup_summary import changed_calls, relative  # noqa: E402
+
+
+def test_changed_calls_and_their_hit1_moves_are_counted_per_call():
+    rows = [  # call, order, permutation, hit1 (None: no answer-bearing candidate, not scored)
+        ("a", "ranker", [0, 1, 2], 1.0), ("a", "retriever", [0, 1, 2], 1.0),  # same order
+        ("b", "ranker", [1, 0, 2], 1.0), ("b", "retriever", [0, 1, 2], 0.0),  # changed, now a hit
+        ("c", "ranker", [2, 0, 1], 0.0), ("c", "retriever", [0, 1, 2], 1.0),  # changed, hit lost
+        ("d", "ranker", [1, 0, 2], 0.0), ("d", "retriever", [0, 1, 2], 0.0),  # changed, still a miss
+        ("e", "ranker", [0, 2, 1], None), ("e", "retriever", [0, 1, 2], None),  # changed, not scored
+        ("e", "baseline", [2, 1, 0], None),
+    ]
+    frame = pl.DataFrame([dict(call_id=c, order=o, permutation=p, hit1=h) for c, o, p, h in rows])
+    assert changed_calls(frame) == {"calls_in_another_order_than_the_retriever": 4,
+                                    "of_those_with_an_answer_bearing_candidate": 3, "hit1_higher": 1,
+                                    "hit1_lower": 1}
+
+
+def test_paths_inside_the_working_folder_become_relative(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert relative(str(tmp_path / "indexes" / "x")) == "indexes/x"
+    assert relative("/elsewhere/x") == "/elsewhere/x" and relative(3) == 3 and relative("runs/a") == "runs/a"
