@@ -69,9 +69,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=Path, help="the warmed-up checkpoint folder (its warmup.manifest.json)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    manifest = args.warmup / "warmup.manifest.json" if args.warmup else None
-    out = summary(orjson.loads(args.eval.read_bytes()), pl.read_parquet(args.per_call),
-                  orjson.loads(manifest.read_bytes()) if manifest and manifest.is_file() else None)
+    manifest = orjson.loads((args.warmup / "warmup.manifest.json").read_bytes()) if args.warmup else None
+    out = summary(orjson.loads(args.eval.read_bytes()), pl.read_parquet(args.per_call), manifest)
     args.out.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
     print(orjson.dumps({k: out[k] for k in ("hit1", "warmup_minus_retriever",
                                             "calls_in_another_order_than_the_retriever", "hit1_higher",

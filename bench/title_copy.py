@@ -128,7 +128,7 @@ def main() -> None:
              "(issue 14: learning studies 3-7)", "",
              "Command: `.venv/bin/python bench/title_copy.py " + " ".join(str(r) for r in args.runs)
              + "".join(f" --eval {e}" for e in args.eval)
-             + f" --out {args.out}` (reads the runs' rollouts; no model, no timing).", "",
+             + (f" --out {args.out}" if args.out else "") + "` (reads the runs' rollouts; no model, no timing).", "",
              "A trajectory copies a title when its normalised answer equals the normalised title of a passage it "
              "was shown. It repeats the question when its normalised answer has at least 4 words and at least 80% of "
              "them occur in the normalised question. Reinforced: positive advantage in a kept agent group; "
