@@ -31,6 +31,15 @@ def changed_calls(per_call: pl.DataFrame) -> dict:
             "hit1_lower": scored.filter(pl.col("hit1_r") < pl.col("hit1_t")).height}
 
 
+def first_choices(per_call: pl.DataFrame, order: str = "ranker") -> dict[str, int]:
+    """How often each candidate position (1-based, as the ranker writes it) came first in `order`'s rankings,
+    most frequent first: a ranker that judges content spreads its first choices, one that learnt a position
+    does not."""
+    firsts = [p[0] + 1 for p in per_call.filter(pl.col("order") == order)["permutation"].to_list() if len(p)]
+    counts = {str(position): firsts.count(position) for position in sorted(set(firsts))}
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
 def summary(evaluation: dict, per_call: pl.DataFrame, warmup_manifest: dict | None) -> dict:
     def figure(order: str, metric: str) -> float:
         return evaluation["orders"][order][metric]
@@ -47,6 +56,7 @@ def summary(evaluation: dict, per_call: pl.DataFrame, warmup_manifest: dict | No
     out["warmup_minus_retriever"] = {m: difference("ranker_vs_retriever", m) for m in ("hit1", "ndcg")}
     out["warmup_minus_baseline"] = {m: difference("ranker_vs_baseline", m) for m in ("hit1", "ndcg")}
     out |= changed_calls(per_call)
+    out["first_choice_positions"] = {order: first_choices(per_call, order) for order in ("ranker", "baseline")}
     out["bootstrap"] = evaluation["bootstrap"]
     if warmup_manifest:
         out["warmup_options"] = {key: relative(value) for key, value in warmup_manifest["options"].items()}

@@ -6,7 +6,7 @@ import polars as pl
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
-from ranker_warmup_summary import changed_calls, relative  # noqa: E402
+from ranker_warmup_summary import changed_calls, first_choices, relative  # noqa: E402
 
 
 def test_changed_calls_and_their_hit1_moves_are_counted_per_call():
@@ -22,6 +22,9 @@ def test_changed_calls_and_their_hit1_moves_are_counted_per_call():
     assert changed_calls(frame) == {"calls_in_another_order_than_the_retriever": 4,
                                     "of_those_with_an_answer_bearing_candidate": 3, "hit1_higher": 1,
                                     "hit1_lower": 1}
+    # first positions (1-based): ranker 1, 2, 3, 2, 1 -> "1": 2, "2": 2, "3": 1; baseline 3
+    assert first_choices(frame) == {"1": 2, "2": 2, "3": 1}
+    assert first_choices(frame, "baseline") == {"3": 1} and first_choices(frame.clear()) == {}
 
 
 def test_paths_inside_the_working_folder_become_relative(tmp_path, monkeypatch):
