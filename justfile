@@ -124,12 +124,15 @@ learning-study7:
     .venv/bin/python bench/learning_evidence.py --runs runs/s4-cosearch runs/s6-cosearch runs/s7-cosearch --untrained smollm2 --shipped-eval runs/study3/eval-shipped --png bench/results/learning_study7.png --json bench/results/learning_study7.json --title "cosearch preset: study 4 (4 groups/update, 8 it.), study 6 (20 it.), study 7 (16 groups/update, 4 it.)"
     .venv/bin/python bench/title_copy.py runs/s4-cosearch runs/s6-cosearch runs/s7-cosearch --eval start=runs/s4-cosearch/eval-init/rollouts.jsonl --eval s4-cosearch-end=runs/s4-cosearch/iter-0007/eval/rollouts.jsonl --eval s6-cosearch-end=runs/s6-cosearch/iter-0019/eval/rollouts.jsonl --eval s7-cosearch-end=runs/s7-cosearch/iter-0003/eval/rollouts.jsonl --out bench/results/title_copy_study7.md
 
-# A ranker warm-up with 4x the demonstrations (issue 14's ranker lever), judged on the 210 held-out ranker calls.
-ranker-warmup:
-    .venv/bin/python bench/learning_split.py --heldout 210 --warmup 168 --train-dev-per-dataset 60 --more-warmup 100 --out runs/study7-split
-    .venv/bin/cosearch warmup --questions runs/study3/warmup.jsonl --questions runs/study7-split/warmup_more.jsonl --index indexes/dev-bm25 --out runs/study7-split/warmup-ranker --exclude runs/study3/heldout.jsonl --ranker-demos shuffled --epochs 1 --lr 3e-5 --token-budget 2048 --k 3 --top-n 5 --max-turns 1 --max-new-tokens 64 --seed 0
-    .venv/bin/cosearch evaluate ranker --calls runs/s4-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --ranker-model runs/study7-split/warmup-ranker --baseline-model runs/study3/warmup -o runs/study7-split/ranker-eval.json --per-call runs/study7-split/ranker-calls.parquet
-    .venv/bin/python bench/ranker_warmup_summary.py --eval runs/study7-split/ranker-eval.json --per-call runs/study7-split/ranker-calls.parquet --warmup runs/study7-split/warmup-ranker --out bench/results/ranker_warmup.json
+# A ranker warm-up on more demonstrations (issue 14's ranker lever), judged on the 210 held-out ranker calls.
+# `just ranker-warmup` (100 more questions per dataset, 4x study 3's demonstrations) writes ranker_warmup.json;
+# `just ranker-warmup 300 runs/rw3-split ranker_warmup_10x runs/study7-split/warmup-ranker` (10x, compared with the
+# 4x) writes ranker_warmup_10x.json (~1 h here).
+ranker-warmup more="100" split="runs/study7-split" result="ranker_warmup" baseline="runs/study3/warmup":
+    .venv/bin/python bench/learning_split.py --heldout 210 --warmup 168 --train-dev-per-dataset 60 --more-warmup {{more}} --out {{split}}
+    .venv/bin/cosearch warmup --questions runs/study3/warmup.jsonl --questions {{split}}/warmup_more.jsonl --index indexes/dev-bm25 --out {{split}}/warmup-ranker --exclude runs/study3/heldout.jsonl --ranker-demos shuffled --epochs 1 --lr 3e-5 --token-budget 2048 --k 3 --top-n 5 --max-turns 1 --max-new-tokens 64 --seed 0
+    .venv/bin/cosearch evaluate ranker --calls runs/s4-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --ranker-model {{split}}/warmup-ranker --baseline-model {{baseline}} -o {{split}}/ranker-eval.json --per-call {{split}}/ranker-calls.parquet
+    .venv/bin/python bench/ranker_warmup_summary.py --eval {{split}}/ranker-eval.json --per-call {{split}}/ranker-calls.parquet --warmup {{split}}/warmup-ranker --out bench/results/{{result}}.json
 
 # Fixed-set check (issue 7): GRPO raises the reward on the 8 training questions it sees every iteration.
 learning-overfit:
