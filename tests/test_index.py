@@ -10,6 +10,7 @@ import pytest
 from cosearch_cli.errors import IndexError_, RecordError
 from cosearch_cli.index import Corpus, build_index, open_index
 from cosearch_cli.index.corpus import passage_from_row, split_contents
+from cosearch_cli.index.bm25 import tokenize_queries, top_rows
 from cosearch_cli.index.dense import HFEncoder, build_faiss
 from cosearch_cli.records import Passage
 
@@ -98,8 +99,8 @@ def test_search_pauses_the_collector_inside_and_restores_its_state(tmp_path):
     build_index(word_passages(), tmp_path / "ix")
     retriever = open_index(tmp_path / "ix").retriever("bm25")
     seen = []
-    retrieve = retriever.model.retrieve
-    retriever.model.retrieve = lambda *a, **kw: (seen.append(gc.isenabled()), retrieve(*a, **kw))[1]
+    score = retriever.model.get_scores_from_ids
+    retriever.model.get_scores_from_ids = lambda *a, **kw: (seen.append(gc.isenabled()), score(*a, **kw))[1]
     try:
         assert gc.isenabled()
         hits = retriever.search(["apple banana"], k=3)
@@ -109,6 +110,33 @@ def test_search_pauses_the_collector_inside_and_restores_its_state(tmp_path):
         assert seen == [False, False] and not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_top_rows_keeps_the_k_highest_positive_scores_with_ties_in_row_order():
+    scores = np.array([0.0, 2.0, 5.0, 2.0, 0.0, 7.0, 2.0, 1.0], dtype=np.float32)
+    # by hand: 7 (row 5), 5 (row 2), then the 2s in row order: 1, 3, 6; then 1 (row 7); zeros never
+    assert top_rows(scores, 3).tolist() == [5, 2, 1]
+    assert top_rows(scores, 4).tolist() == [5, 2, 1, 3]
+    assert top_rows(scores, 6).tolist() == [5, 2, 1, 3, 6, 7]
+    assert top_rows(scores, 8).tolist() == [5, 2, 1, 3, 6, 7]  # only 6 rows match
+    assert top_rows(np.zeros(4, dtype=np.float32), 2).tolist() == []
+
+
+def test_bm25_search_returns_the_scores_of_bm25s_retrieve(fixture_bm25, fixtures_dir):
+    """The same top-k scores as bm25s's own `retrieve` for every fixture question (the ids differ at most in the
+    order of equal scores, which bm25s leaves to np.argpartition)."""
+    questions = [orjson.loads(line)["question"] for name in ("dev.jsonl", "train.jsonl")
+                 for line in (fixtures_dir / name).read_bytes().splitlines() if line]
+    retriever = fixture_bm25.retriever("bm25")
+    got = retriever.search(questions, 10)
+    assert sum(len(hits) == 10 for hits in got) > 100
+    tokens = tokenize_queries(questions, retriever.stemmer, retriever.stopwords)
+    rows, scores = retriever.model.retrieve(tokens, k=10, show_progress=False)
+    for hits, expected_rows, expected_scores in zip(got, rows, scores):
+        keep = expected_scores > 0
+        assert [h.score for h in hits] == expected_scores[keep].tolist()
+        assert {h.id for h in hits} == set(retriever.row_ids.take(expected_rows[keep])) or len(
+            {h.score for h in hits}) < len(hits)  # a different set only where equal scores meet at the cut
 
 
 def test_rebuild_gives_identical_files_and_failed_build_leaves_nothing(tmp_path):
