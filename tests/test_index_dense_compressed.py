@@ -64,7 +64,8 @@ def test_recall_at_default_settings_on_clustered_vectors(tmp_path):
     ivfpq = dense.build_faiss(corpus, "ivfpq")
     # 4,800 vectors: 123 lists, 8 sub-quantisers of 6 bits (8 bytes a vector against flat's 256)
     assert (index.ivfpq.nlist, index.ivfpq.pq.M, index.ivfpq.pq.nbits) == (123, 8, 6)
-    assert (index.nprobe, index.refine_factor) == (dense.NPROBE, dense.REFINE_FACTOR) == (32, 16)
+    assert (dense.NPROBE, dense.REFINE_FACTOR) == (128, 16)
+    assert (index.nprobe, index.refine_factor) == (123, 16)  # nprobe is capped at the lists there are
     _, exact = dense.build_faiss(corpus, "flat").search(queries, 10)
     _, refined = index.search(queries, 10)
     _, approximate = ivfpq.search(queries, 10)
@@ -127,7 +128,7 @@ def refined_folder(tmp_path_factory, encoder_dir):
 def test_cli_build_and_search_round_trip_matches_flat(tmp_path, refined_folder):
     manifest = orjson.loads((refined_folder / "index.manifest.json").read_bytes())
     assert manifest["dense"]["index_types"] == ["ivfpq-refine", "flat"]
-    assert (manifest["dense"]["nprobe"], manifest["dense"]["refine_factor"]) == (32, 16)
+    assert (manifest["dense"]["nprobe"], manifest["dense"]["refine_factor"]) == (128, 16)
     assert sorted(p.name for p in (refined_folder / "dense").iterdir()) == [
         "flat.faiss", "ivfpq-refine.f16.npy", "ivfpq-refine.faiss"]
     searched = {}
