@@ -49,3 +49,36 @@ def test_submit_chains_every_step_and_feeds_each_iteration_the_previous_checkpoi
         written = [orjson.loads(line)["id"] for line in (folder / "questions.jsonl").read_bytes().splitlines()]
         expected = iteration_questions(questions, TrainConfig(questions_per_iteration=3), i)
         assert written == [q.id for q in expected]  # the same questions `cosearch train` would take
+
+
+def test_serve_sbatch_publishes_the_address_once_serving_and_stops_cleanly(tmp_path, fixture_bm25):
+    """examples/slurm/serve.sbatch, run as Slurm would (bash, the repo as working folder): the address file
+    appears once /health answers, the server answers there, and SIGTERM (scancel) stops it with exit 0 and
+    removes the address file so no rollout job reads a stale one."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = tmp_path / "retrieval-server"
+    env = {**os.environ, "INDEX": str(fixture_bm25.folder), "ADDRESS_FILE": str(address), "PORT": str(port),
+           "SERVE_OPTIONS": "--serial --quiet"}
+    job = subprocess.Popen(["bash", str(ROOT / "examples" / "slurm" / "serve.sbatch")], env=env, cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not address.exists():
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read() if job.poll() else "slow"
+            time.sleep(0.2)
+        url = address.read_text().strip()
+        assert url.startswith("http://") and url.endswith(f":{port}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as reply:
+            assert orjson.loads(reply.read())["passages"] == len(fixture_bm25.docs)
+    finally:
+        job.send_signal(signal.SIGTERM)
+        _, stderr = job.communicate(timeout=60)
+    assert job.returncode == 0, stderr
+    assert not address.exists()
