@@ -23,6 +23,7 @@ import http.client
 import math
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -177,6 +178,9 @@ def main() -> None:
     parser.add_argument("--retriever", default="bm25", help="bm25 or dense (both servers and the in-process cost)")
     parser.add_argument("--max-batch", type=int, default=64)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--serve-options", default=None,
+                        help='options of the server under test instead of --max-batch/--max-wait-ms, e.g. '
+                             '"--serial --workers 2" (the baseline stays `--serial`)')
     parser.add_argument("--out", default="bench/results/serve_load.md", help="Markdown (a .json twin beside it)")
     args = parser.parse_args()
     if not Path(ROOT / args.index).is_dir() and not Path(args.index).is_dir():
@@ -188,9 +192,10 @@ def main() -> None:
     started = time.perf_counter()
     before = uptime()
     chosen = ["--retriever", args.retriever]
+    serve_options = (args.serve_options.split() if args.serve_options is not None
+                     else ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)])
     servers = {"serial": Server("serial", index, ["--serial", *chosen]),
-               "serve": Server("serve", index, ["--max-batch", str(args.max_batch),
-                                                "--max-wait-ms", str(args.max_wait_ms), *chosen])}
+               "serve": Server("serve", index, [*serve_options, *chosen])}
     try:
         for i in range(20):  # same answers from both, and both warm
             replies = {name: s.call("POST", "/retrieve", bodies[i]) for name, s in servers.items()}
@@ -213,13 +218,13 @@ def main() -> None:
     ratio_32 = next((row["throughput_ratio"] for row in rows if row["clients"] == 32), None)
     result = {"machine": machine(), "uptime_before": before, "uptime_after": after,
               "index": args.index, "retriever": args.retriever, "questions": len(texts), "k": args.k,
-              "max_batch": args.max_batch,
+              "max_batch": args.max_batch, "serve_options": " ".join(serve_options),
               "max_wait_ms": args.max_wait_ms, "requests_per_cell": args.requests,
               "max_seconds_per_cell": args.max_seconds, "rows": rows, "throughput_ratio_32": ratio_32,
               "cost": cost, "servers_exit": {name: code for name, (code, _) in stops.items()},
               "servers_stderr_tail": {name: err.splitlines()[-2:] for name, (code, err) in stops.items() if code},
               "wall_s": round(time.perf_counter() - started, 1),
-              "command": " ".join([Path(sys.executable).name, *sys.argv])}
+              "command": shlex.join([Path(sys.executable).name, *sys.argv])}
     # What batching can save at best: the serial server spends 1000/qps ms a request at one client, of which
     # the search is `one_ms`; a batch of 32 costs `batched_ms` a query, the rest (HTTP, JSON, documents) stays.
     serial_ms = 1e3 / rows[0]["serial"]["qps"] if rows and rows[0]["clients"] == 1 else None
@@ -234,11 +239,13 @@ def main() -> None:
 
 def write(result: dict, out: Path) -> None:
     m = result["machine"]
+    options = (result.get("serve_options")
+               or f"--max-batch {result['max_batch']} --max-wait-ms {result['max_wait_ms']:g}")
     lines = ["# `cosearch serve` under load vs a one-request-at-a-time server (loopback)", "",
              f"`{result['command']}` ({result['wall_s']} s). {result.get('retriever', 'bm25')} k={result['k']} on `{result['index']}`, one "
              f"question a request from {result['questions']:,} dev questions, Search-R1's request shape "
              "(return_scores true, documents with their text), a new connection a request. cosearch serve: "
-             f"--max-batch {result['max_batch']} --max-wait-ms {result['max_wait_ms']:g}; serial: `cosearch serve "
+             f"`{options}`; serial: `cosearch serve "
              "--serial` (one handler thread, each request searched as it comes). Per cell at most "
              f"{result['requests_per_cell']:,} requests or {result['max_seconds_per_cell']:g} s; serial then "
              "serve at each client count. Goal (issue 17): >= 4x the serial server's queries/s at 32 clients, "
@@ -256,6 +263,9 @@ def write(result: dict, out: Path) -> None:
                      f"{s['errors'] + b['errors']} |")
     lines += ["", f"throughput_ratio_32: {result['throughput_ratio_32']}; servers' exit codes after SIGTERM: "
                   f"{result['servers_exit']}."]
+    if "--workers" in options:
+        lines += ["", "With --workers, /health is answered by whichever worker accepts it: 'searches per request' "
+                      "counts one worker's searches against every request (about 1/workers of the whole)."]
     for name, tail in (result.get("servers_stderr_tail") or {}).items():
         lines += ["", f"The {name} server exited {result['servers_exit'][name]} after SIGTERM, after answering every "
                       f"request; its last stderr lines: `{' / '.join(tail)}`."]

@@ -19,7 +19,10 @@ Bad requests get a 4xx status and {"error": "<one line>"}; a failing search a 50
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -58,6 +61,8 @@ class ServeConfig:
     """Bytes of a request body."""
     read_timeout_s: float = 30.0
     """A client that stops sending mid-request is dropped after this long (no handler waits forever)."""
+    workers: int = 1
+    """Processes answering on the one port (`serve_in_workers`; reported by /health)."""
 
 
 class RequestError(Exception):
@@ -228,7 +233,8 @@ class RetrievalApp:
                 "corpus_sha256": manifest["corpus"]["sha256"], "max_batch": self.config.max_batch,
                 "max_wait_ms": self.config.max_wait_ms, "serial": self.config.serial,
                 "max_queries": self.config.max_queries, "max_topk": self.config.max_topk,
-                "max_ids": self.config.max_ids, "requests": self.requests, "searches": self.searches,
+                "max_ids": self.config.max_ids, "workers": self.config.workers, "pid": os.getpid(),
+                "requests": self.requests, "searches": self.searches,
                 "manifest": manifest}
 
     def retrieve(self, read_body: Callable[[], bytes]) -> dict:
@@ -410,19 +416,90 @@ class _Serial(_Logged, HTTPServer):
     request_queue_size = 256
 
 
+def bind_server(config: ServeConfig) -> HTTPServer:
+    """The listening socket and its HTTP server, with no app yet (`make_server` or `serve_in_workers` adds it)."""
+    return (_Serial if config.serial else _Threaded)((config.host, config.port), _Handler)
+
+
 def make_server(index, retriever, config: ServeConfig, *, dense_index: str | None = None,
                 log: Callable[[str], None] | None = None) -> HTTPServer:
     """A bound HTTP server, not yet serving: run `serve_forever()`, call `shutdown()` from another thread, then
     `close_server`. `dense_index`: which FAISS index a dense retriever searches (reported by /health)."""
     app = RetrievalApp(index, retriever, config, dense_index=dense_index, log=log)
-    cls = _Serial if config.serial else _Threaded
     try:
-        server = cls((config.host, config.port), _Handler)
+        server = bind_server(config)
     except BaseException:
         app.close()
         raise
     server.app = app
     return server
+
+
+def serve_in_workers(server: HTTPServer, make_app: Callable[[], RetrievalApp], workers: int,
+                     log: Callable[[str], None]) -> int:
+    """Pre-fork: `workers` processes accept on the one listening socket of `server` (bound, no app), each with
+    its own app (`make_app()`, called in the worker) over the index the parent opened, whose memory-mapped
+    files they share. One process answers with one core (Python's GIL); this uses a node's others. SIGTERM or
+    SIGINT to the parent stops every worker after its requests in flight. Returns 0 when every worker exited
+    0; when one fails, the others are stopped and it returns 1."""
+    children: dict[int, int] = {}
+
+    def forward(signum, frame) -> None:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    # every worker wakes for a new connection and one wins it: the others' accept must fail (they go back to
+    # waiting, able to see a shutdown), not block until the next connection
+    server.socket.setblocking(False)
+    stops = {signal.SIGINT, signal.SIGTERM}
+    previous = {sig: signal.signal(sig, forward) for sig in stops}
+    try:
+        for worker in range(workers):
+            signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # held until the worker has its own handlers
+            pid = os.fork()
+            if pid == 0:  # the worker: never returns into the caller's code
+                os._exit(_worker(server, make_app, worker, log, stops))
+            children[pid] = worker
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+        server.socket.close()  # the workers hold the listening socket
+        failed = False
+        while children:
+            pid, status = os.wait()
+            worker = children.pop(pid, None)
+            if worker is not None and os.waitstatus_to_exitcode(status) != 0 and not failed:
+                failed = True
+                log(f"worker {worker} exited with {os.waitstatus_to_exitcode(status)}: stopping the others")
+                forward(signal.SIGTERM, None)
+        return 1 if failed else 0
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _worker(server: HTTPServer, make_app: Callable[[], RetrievalApp], worker: int, log: Callable[[str], None],
+            stops: set) -> int:
+    def stop(signum, frame) -> None:  # serve_forever runs in this thread: shut it down from another
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    for sig in stops:
+        signal.signal(sig, stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    code = 1
+    try:
+        server.app = make_app()
+        server.serve_forever(poll_interval=0.2)
+        close_server(server)
+        log(f"worker {worker} stopped after {server.app.requests:,} requests and {server.app.searches:,} index "
+            "searches")
+        code = 0
+    except BaseException as exc:  # noqa: BLE001 - one line in the log; the parent sees the exit code
+        log(f"worker {worker} failed: {type(exc).__name__}: {exc}")
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return code
 
 
 def close_server(server: HTTPServer) -> None:

@@ -417,3 +417,59 @@ def test_a_client_that_hangs_up_early_is_one_log_line(fixture_bm25, capsys):
     assert "Traceback" not in capsys.readouterr().err
 
 
+
+
+def test_workers_answer_on_one_port_and_stop_together_on_sigterm(fixture_bm25):
+    """--workers 2: two processes accept on the one port, answer what a local search gives, report themselves
+    in /health, and all stop with exit 0 on SIGTERM to the parent."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "cosearch_cli", "serve", "--index", str(fixture_bm25.folder),
+                                "--port", "0", "--workers", "2", "--serial"], cwd=ROOT, env=env,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stderr.readline()
+        assert "(one request at a time, 2 worker processes)" in line, line
+        port = int(line.split("http://127.0.0.1:")[1].split(" ")[0])
+        pids = set()
+        for _ in range(40):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("GET", "/health")
+            health = orjson.loads(conn.getresponse().read())
+            conn.close()
+            assert health["workers"] == 2 and health["pid"] != process.pid
+            pids.add(health["pid"])
+        assert 1 <= len(pids) <= 2  # the kernel hands each connection to whichever worker accepts first
+        remote = open_index(f"http://127.0.0.1:{port}").retriever("bm25").search(QUESTIONS[:4], 5)
+        local = fixture_bm25.retriever("bm25").search(QUESTIONS[:4], 5)
+        assert [[(h.id, h.score) for h in hits] for hits in remote] == [[(h.id, h.score) for h in hits]
+                                                                        for hits in local]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        log = process.stderr.read()
+        assert "worker 0 stopped after" in log and "worker 1 stopped after" in log
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert run_cli("serve", "--index", fixture_bm25.folder, "--workers", "0").exit_code == 4
+
+
+def test_a_worker_that_fails_to_start_makes_the_server_exit_1(tmp_path):
+    """serve_in_workers forks; a worker whose app cannot be made logs one line and exits 1, and the parent
+    returns 1 once every worker has exited (none is left serving)."""
+    from cosearch_cli.serve import bind_server, serve_in_workers
+
+    logfile = tmp_path / "log"
+
+    def log(line: str) -> None:  # the workers are other processes: they log to a file
+        with open(logfile, "a") as handle:
+            handle.write(line + "\n")
+
+    def make_app():
+        raise RuntimeError("no memory for the index")
+
+    assert serve_in_workers(bind_server(ServeConfig(port=0)), make_app, 2, log) == 1
+    lines = logfile.read_text().splitlines()
+    assert {"worker 0 failed: RuntimeError: no memory for the index",
+            "worker 1 failed: RuntimeError: no memory for the index"} <= set(lines)
+    assert sum(line.endswith("exited with 1: stopping the others") for line in lines) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import threading
 from typing import Annotated
@@ -28,6 +29,9 @@ def serve(
                                                          "(flat, hnsw, ivfpq; default: the first built).")] = None,
     serial: Annotated[bool, typer.Option(help="Answer one request at a time with no batching (how Search-R1's "
                                               "server behaves; the baseline of bench/serve_load.py).")] = False,
+    workers: Annotated[int, typer.Option(
+        help="Processes answering on the one port, sharing the memory-mapped index (one process uses one core; "
+             "give a many-core node several, e.g. with --serial for BM25). Not on Windows.")] = 1,
     quiet: Quiet = False,
 ) -> None:
     """Serve an index over HTTP: POST /retrieve takes Search-R1's {"queries", "topk", "return_scores"} and
@@ -36,8 +40,11 @@ def serve(
     SIGTERM stops it after the requests in flight are answered (exit 0)."""
     from cosearch_cli.index import open_index
     from cosearch_cli.index.remote import is_remote
-    from cosearch_cli.serve import ServeConfig, close_server, make_server
+    from cosearch_cli.serve import RetrievalApp, ServeConfig, bind_server, close_server, serve_in_workers
 
+    if workers < 1 or (workers > 1 and not hasattr(os, "fork")):
+        raise ConfigError(f"--workers {workers}: needs 1 or more, and more than 1 needs os.fork (not on Windows)",
+                          fix="pass --workers 1, or a larger number on Linux or macOS")
     if max_batch < 1 or max_wait_ms < 0:
         raise ConfigError(f"--max-batch must be >= 1 and --max-wait-ms >= 0, got {max_batch} and {max_wait_ms}",
                           fix="e.g. --max-batch 64 --max-wait-ms 5")
@@ -49,11 +56,11 @@ def serve(
     engine = opened.retriever(retriever, index_type=dense_index)
     served_type = (dense_index or opened.manifest["dense"]["index_types"][0]) if engine.name == "dense" else None
     config = ServeConfig(host=host, port=port, max_batch=1 if serial else max_batch, max_wait_ms=max_wait_ms,
-                         serial=serial)
+                         serial=serial, workers=workers)
     log = (lambda message: None) if quiet else (lambda message: stderr.print(message, highlight=False, markup=False,
                                                                                       soft_wrap=True))
     try:
-        server = make_server(opened, engine, config, dense_index=served_type, log=log)
+        server = bind_server(config)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise ConfigError(f"{host}:{port} is already in use", fix="pass another --port (or stop the other "
@@ -62,8 +69,24 @@ def serve(
                           fix="pass another --host or --port") from None
     bound_host, bound_port = server.server_address[:2]
     mode = "one request at a time" if serial else f"batches of up to {max_batch} queries, {max_wait_ms:g} ms wait"
+    if workers > 1:
+        mode += f", {workers} worker processes"
     log(f"serving {index} ({engine.name}, {len(opened.docs):,} passages) on http://{bound_host}:{bound_port} "
         f"({mode}); Ctrl-C stops")
+
+    def make_app() -> RetrievalApp:
+        return RetrievalApp(opened, engine, config, dense_index=served_type, log=log)
+
+    if workers > 1:
+        code = serve_in_workers(server, make_app, workers, log)
+        if code:
+            raise typer.Exit(code)
+        return
+    try:
+        server.app = make_app()
+    except BaseException:
+        server.server_close()
+        raise
 
     def stop(signum, frame) -> None:  # serve_forever runs in this thread: shut it down from another
         threading.Thread(target=server.shutdown, daemon=True).start()
