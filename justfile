@@ -13,7 +13,7 @@ demo:
     .venv/bin/cosearch demo
 
 # Every speed and quality benchmark, one after another (long: hours on a 2-core CPU; see each recipe).
-bench: bench-group-reward bench-index bench-serve bench-serve-workers bench-serve-dense bench-dense-scale bench-bm25-memory bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
+bench: bench-group-reward bench-index bench-serve bench-serve-workers bench-serve-dense bench-serve-dense-workers bench-dense-scale bench-bm25-memory bench-rollout bench-update bench-retrieval bench-valid-actions oracle-study
 
 # Regenerate docs/cli.md from the commands' --help (tests/test_docs.py fails when it is stale).
 docs:
@@ -63,6 +63,12 @@ bench-serve:
 bench-serve-workers workers="2":
     test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
     .venv/bin/python bench/serve_load.py --index indexes/dev-bm25 --questions '../shared/data/dev/*.jsonl' --k 50 --clients 1 8 32 --requests 3000 --max-seconds 20 --serve-options "--serial --workers {{workers}}" --out bench/results/serve_load_workers.md
+
+# The dense load (below) against `cosearch serve --workers 2` (each worker batching, torch threads split).
+# Results: bench/results/serve_load_dense_workers.md (+ .json).
+bench-serve-dense-workers workers="2":
+    test -d indexes/fixture-dense || .venv/bin/cosearch index build --corpus fixtures/corpus.jsonl --out indexes/fixture-dense --dense minilm
+    .venv/bin/python bench/serve_load.py --index indexes/fixture-dense --retriever dense --questions '../shared/data/dev/*.jsonl' --k 50 --clients 1 8 32 --requests 3000 --max-seconds 20 --serve-options "--workers {{workers}}" --out bench/results/serve_load_dense_workers.md
 
 # The same load with the dense retriever (MiniLM over the fixture corpus; the build encodes 1,464 passages,
 # minutes on 2 cores, once): batching concurrent clients' queries into one encoder pass. ~3 min.

@@ -234,6 +234,7 @@ class RetrievalApp:
                 "max_wait_ms": self.config.max_wait_ms, "serial": self.config.serial,
                 "max_queries": self.config.max_queries, "max_topk": self.config.max_topk,
                 "max_ids": self.config.max_ids, "workers": self.config.workers, "pid": os.getpid(),
+                "torch_threads": _torch_threads(),
                 "requests": self.requests, "searches": self.searches,
                 "manifest": manifest}
 
@@ -282,6 +283,12 @@ class RetrievalApp:
         except IndexError_ as exc:
             raise RequestError(404, exc.message) from None
         return {"result": [document(p) for p in found]}
+
+
+def _torch_threads() -> int | None:
+    """The intra-op threads of torch when this process has loaded it (a dense encoder), else None."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else None
 
 
 def _json_object(body: bytes) -> dict:

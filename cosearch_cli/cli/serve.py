@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import sys
 import threading
 from typing import Annotated
 
@@ -13,6 +14,7 @@ import typer
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import Quiet, stderr
 from cosearch_cli.errors import ConfigError
+from cosearch_cli.threads import thread_count
 
 
 @app.command("serve")
@@ -75,6 +77,10 @@ def serve(
         f"({mode}); Ctrl-C stops")
 
     def make_app() -> RetrievalApp:
+        if workers > 1 and "torch" in sys.modules:  # a dense encoder: each worker gets its share of the cores
+            import torch
+
+            torch.set_num_threads(max(1, thread_count()[0] // workers))
         return RetrievalApp(opened, engine, config, dense_index=served_type, log=log)
 
     if workers > 1:
