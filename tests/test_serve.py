@@ -500,3 +500,26 @@ def test_dense_workers_share_the_cores_instead_of_each_taking_all(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_dense_serve_stops_on_sigterm_with_exit_0_and_its_last_line(tmp_path):
+    """The dense server leaves without the interpreter's teardown (cli/serve.py: _exit_before_teardown), after
+    answering and logging everything."""
+    folder = tmp_path / "fx"
+    assert run_cli("index", "fixture", "--out", folder, "--quiet").exit_code == 0
+    process = subprocess.Popen([sys.executable, "-m", "cosearch_cli", "serve", "--index", str(folder), "--port", "0",
+                                "--retriever", "dense", "--serial"], cwd=ROOT,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(process.stderr.readline().split("http://127.0.0.1:")[1].split(" ")[0])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("POST", "/retrieve", body=b'{"queries": ["hamlet"], "topk": 2}')
+        assert conn.getresponse().status == 200
+        conn.close()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        assert process.stderr.read().strip().endswith("stopped after 1 requests and 1 index searches")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
