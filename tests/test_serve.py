@@ -223,6 +223,31 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@contextmanager
+def serve_command(folder, *options: str, env: dict | None = None):
+    """`cosearch serve --index FOLDER --port 0 OPTIONS` as a user starts it (a process); yields (process, the
+    first stderr line, the port). Whatever the test does, the process is gone afterwards."""
+    process = subprocess.Popen([sys.executable, "-m", "cosearch_cli", "serve", "--index", str(folder), "--port", "0",
+                                *options], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stderr.readline()
+        yield process, line, int(line.split("http://127.0.0.1:")[1].split(" ")[0])
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def get_json(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request(method, path, body=body)
+    reply = conn.getresponse()
+    status, data = reply.status, orjson.loads(reply.read())
+    conn.close()
+    return status, data
+
+
 def test_client_retries_with_backoff_then_fails_clearly_on_a_closed_port():
     slept: list[float] = []
     address = f"http://127.0.0.1:{free_port()}"
@@ -351,24 +376,12 @@ def test_rollout_through_the_server_gives_the_local_records(server, fixture_bm25
 
 
 def test_serve_command_stops_on_sigterm_with_exit_0(fixture_bm25):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "cosearch_cli", "serve", "--index", str(fixture_bm25.folder),
-                                "--port", "0"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stderr.readline()
+    with serve_command(fixture_bm25.folder) as (process, line, port):
         assert line.startswith(f"serving {fixture_bm25.folder} (bm25, 1,464 passages) on http://127.0.0.1:"), line
-        port = int(line.split("http://127.0.0.1:")[1].split(" ")[0])
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        conn.request("POST", "/retrieve", body=b'{"queries": ["hamlet"], "topk": 1}')
-        assert conn.getresponse().status == 200
-        conn.close()
+        assert get_json(port, "POST", "/retrieve", b'{"queries": ["hamlet"], "topk": 1}')[0] == 200
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
         assert "stopped after 1 requests and 1 index searches" in process.stderr.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_serve_refuses_a_port_in_use_and_bad_options(fixture_bm25):
@@ -422,20 +435,11 @@ def test_a_client_that_hangs_up_early_is_one_log_line(fixture_bm25, capsys):
 def test_workers_answer_on_one_port_and_stop_together_on_sigterm(fixture_bm25):
     """--workers 2: two processes accept on the one port, answer what a local search gives, report themselves
     in /health, and all stop with exit 0 on SIGTERM to the parent."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "cosearch_cli", "serve", "--index", str(fixture_bm25.folder),
-                                "--port", "0", "--workers", "2", "--serial"], cwd=ROOT, env=env,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stderr.readline()
+    with serve_command(fixture_bm25.folder, "--workers", "2", "--serial") as (process, line, port):
         assert "(one request at a time, 2 worker processes)" in line, line
-        port = int(line.split("http://127.0.0.1:")[1].split(" ")[0])
         pids = set()
         for _ in range(40):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            conn.request("GET", "/health")
-            health = orjson.loads(conn.getresponse().read())
-            conn.close()
+            health = get_json(port, "GET", "/health")[1]
             assert health["workers"] == 2 and health["pid"] != process.pid
             pids.add(health["pid"])
         assert 1 <= len(pids) <= 2  # the kernel hands each connection to whichever worker accepts first
@@ -447,10 +451,6 @@ def test_workers_answer_on_one_port_and_stop_together_on_sigterm(fixture_bm25):
         assert process.wait(timeout=60) == 0
         log = process.stderr.read()
         assert "worker 0 stopped after" in log and "worker 1 stopped after" in log
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert run_cli("serve", "--index", fixture_bm25.folder, "--workers", "0").exit_code == 4
 
 
@@ -475,51 +475,32 @@ def test_a_worker_that_fails_to_start_makes_the_server_exit_1(tmp_path):
     assert sum(line.endswith("exited with 1: stopping the others") for line in lines) == 1
 
 
-def test_dense_workers_share_the_cores_instead_of_each_taking_all(tmp_path):
+def test_dense_workers_share_the_cores_instead_of_each_taking_all(dense_fixture_folder):
     """Each of N workers gives torch cores // N threads (measured: 2 workers x 2 threads on 2 cores answered
     63 dense requests a second, 2 x 1 thread 213)."""
-    folder = tmp_path / "fx"
-    assert run_cli("index", "fixture", "--out", folder, "--quiet").exit_code == 0
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}  # 2 CPUs for the server: 1 thread a worker
-    env.pop("SLURM_CPUS_PER_TASK", None)
-    process = subprocess.Popen([sys.executable, "-m", "cosearch_cli", "serve", "--index", str(folder), "--port", "0",
-                                "--retriever", "dense", "--workers", "2"], cwd=ROOT, env=env,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stderr.readline()
-        port = int(line.split("http://127.0.0.1:")[1].split(" ")[0])
+    options = ("--retriever", "dense", "--workers", "2")
+    # 2 CPUs for the server: 1 thread a worker
+    with serve_command(dense_fixture_folder, *options, env={"OMP_NUM_THREADS": "2"}) as (process, _, port):
         for _ in range(6):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-            conn.request("GET", "/health")
-            health = orjson.loads(conn.getresponse().read())
-            conn.close()
+            health = get_json(port, "GET", "/health")[1]
             assert (health["workers"], health["torch_threads"]) == (2, 1)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
-def test_dense_serve_stops_on_sigterm_with_exit_0_and_its_last_line(tmp_path):
+def test_dense_serve_stops_on_sigterm_with_exit_0_and_its_last_line(dense_fixture_folder):
     """The dense server leaves without the interpreter's teardown (cli/serve.py: _exit_before_teardown), after
     answering and logging everything."""
-    folder = tmp_path / "fx"
-    assert run_cli("index", "fixture", "--out", folder, "--quiet").exit_code == 0
-    process = subprocess.Popen([sys.executable, "-m", "cosearch_cli", "serve", "--index", str(folder), "--port", "0",
-                                "--retriever", "dense", "--serial"], cwd=ROOT,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
-    try:
-        port = int(process.stderr.readline().split("http://127.0.0.1:")[1].split(" ")[0])
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        conn.request("POST", "/retrieve", body=b'{"queries": ["hamlet"], "topk": 2}')
-        assert conn.getresponse().status == 200
-        conn.close()
+    with serve_command(dense_fixture_folder, "--retriever", "dense", "--serial") as (process, _, port):
+        assert get_json(port, "POST", "/retrieve", b'{"queries": ["hamlet"], "topk": 2}')[0] == 200
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
         assert process.stderr.read().strip().endswith("stopped after 1 requests and 1 index searches")
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+
+
+@pytest.fixture(scope="module")
+def dense_fixture_folder(tmp_path_factory):
+    """`cosearch index fixture`: BM25 and the shipped MiniLM flat index over the fixture corpus."""
+    folder = tmp_path_factory.mktemp("dense-fixture") / "fx"
+    assert run_cli("index", "fixture", "--out", folder, "--quiet").exit_code == 0
+    return folder
