@@ -442,6 +442,27 @@ def make_server(index, retriever, config: ServeConfig, *, dense_index: str | Non
     return server
 
 
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def serve_until_stopped(server: HTTPServer, log: Callable[[str], None], label: str = "") -> None:
+    """Serve until SIGINT or SIGTERM (their handlers restored afterwards; signals held back until then are let
+    through), answer the requests in flight, close the server and log what it answered."""
+
+    def stop(signum, frame) -> None:  # serve_forever runs in this thread: shut it down from another
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        close_server(server)
+    log(f"{label}stopped after {server.app.requests:,} requests and {server.app.searches:,} index searches")
+
+
 def serve_in_workers(server: HTTPServer, make_app: Callable[[], RetrievalApp], workers: int,
                      log: Callable[[str], None]) -> int:
     """Pre-fork: `workers` processes accept on the one listening socket of `server` (bound, no app), each with
@@ -459,16 +480,15 @@ def serve_in_workers(server: HTTPServer, make_app: Callable[[], RetrievalApp], w
     # every worker wakes for a new connection and one wins it: the others' accept must fail (they go back to
     # waiting, able to see a shutdown), not block until the next connection
     server.socket.setblocking(False)
-    stops = {signal.SIGINT, signal.SIGTERM}
-    previous = {sig: signal.signal(sig, forward) for sig in stops}
+    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     try:
         for worker in range(workers):
-            signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # held until the worker has its own handlers
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # held until the worker has its own handlers
             pid = os.fork()
             if pid == 0:  # the worker: never returns into the caller's code
-                os._exit(_worker(server, make_app, worker, log, stops))
+                os._exit(_worker(server, make_app, worker, log))
             children[pid] = worker
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         server.socket.close()  # the workers hold the listening socket
         failed = False
         while children:
@@ -480,26 +500,17 @@ def serve_in_workers(server: HTTPServer, make_app: Callable[[], RetrievalApp], w
                 forward(signal.SIGTERM, None)
         return 1 if failed else 0
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def _worker(server: HTTPServer, make_app: Callable[[], RetrievalApp], worker: int, log: Callable[[str], None],
-            stops: set) -> int:
-    def stop(signum, frame) -> None:  # serve_forever runs in this thread: shut it down from another
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    for sig in stops:
-        signal.signal(sig, stop)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+def _worker(server: HTTPServer, make_app: Callable[[], RetrievalApp], worker: int, log: Callable[[str], None]) -> int:
+    """One forked worker (stop signals still held back from the fork): make its app, serve, exit code."""
     code = 1
     try:
         server.app = make_app()
-        server.serve_forever(poll_interval=0.2)
-        close_server(server)
-        log(f"worker {worker} stopped after {server.app.requests:,} requests and {server.app.searches:,} index "
-            "searches")
+        serve_until_stopped(server, log, label=f"worker {worker} ")
         code = 0
     except BaseException as exc:  # noqa: BLE001 - one line in the log; the parent sees the exit code
         log(f"worker {worker} failed: {type(exc).__name__}: {exc}")

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import sys
-import threading
 from typing import Annotated
 
 import typer
@@ -42,7 +40,7 @@ def serve(
     SIGTERM stops it after the requests in flight are answered (exit 0)."""
     from cosearch_cli.index import open_index
     from cosearch_cli.index.remote import is_remote
-    from cosearch_cli.serve import RetrievalApp, ServeConfig, bind_server, close_server, serve_in_workers
+    from cosearch_cli.serve import RetrievalApp, ServeConfig, bind_server, serve_in_workers, serve_until_stopped
 
     if workers < 1 or (workers > 1 and not hasattr(os, "fork")):
         raise ConfigError(f"--workers {workers}: needs 1 or more, and more than 1 needs os.fork (not on Windows)",
@@ -93,18 +91,7 @@ def serve(
     except BaseException:
         server.server_close()
         raise
-
-    def stop(signum, frame) -> None:  # serve_forever runs in this thread: shut it down from another
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        server.serve_forever(poll_interval=0.2)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        close_server(server)
-    log(f"stopped after {server.app.requests:,} requests and {server.app.searches:,} index searches")
+    serve_until_stopped(server, log)
     if engine.name == "dense":
         _exit_before_teardown()
 

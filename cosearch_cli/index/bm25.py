@@ -98,11 +98,13 @@ class BM25Retriever:
         if not queries:
             return []
         k = min(k, self.n_docs)
+        if k <= 0:
+            return [[] for _ in queries]
         with paused_gc():  # k hits a query, all acyclic (gcpause.py gives the measured cost)
             hits = []
             for tokens in tokenize_queries(queries, self.stemmer, self.stopwords):
                 term_ids = self.model.get_tokens_ids(tokens)  # leaves out terms the corpus lacks
-                if not term_ids or k <= 0:
+                if not term_ids:
                     hits.append([])
                     continue
                 scores = self.model.get_scores_from_ids(term_ids)
