@@ -137,6 +137,10 @@ class TrainConfig:
     """Ranker calls the warm-up trains on: "all", or "evidence" (some candidate bears a gold answer or title;
     the others demonstrate the retriever's order, and a ranker warmed up on them learns to copy it), or
     "shuffled" (the evidence calls, candidates listed in a fixed random order; `cosearch warmup --help`)."""
+    warmup_visible_evidence: bool = False
+    """Warm-up evidence only where the prompts show it: ranker demonstrations judge candidates by their first
+    `ranker_passage_tokens` tokens, agent ones need the answer in their first `passage_tokens` (`cosearch
+    warmup --visible-evidence`)."""
     heldout_kl: int = 8
     """Sequences per role from the untrained models' dev evaluation on which each update's exact
     KL(new || old) is measured (a diagnostic; never trained on). 0: off."""
@@ -810,7 +814,6 @@ class Runner:
         import torch
 
         from cosearch_cli.models import load_causal_lm
-        from cosearch_cli.rollout import RolloutConfig
         from cosearch_cli.warmup import DemoStats, FinetuneConfig, build_demonstrations, finetune
 
         c = self.config
@@ -818,11 +821,12 @@ class Runner:
         torch.manual_seed(c.seed)
         lm, tokenizer = load_causal_lm(c.agent)
         stats = DemoStats()
-        rollout_config = RolloutConfig(n=1, max_turns=c.max_turns, top_n=c.top_n, k=c.k,
-                                       max_new_tokens=c.max_new_tokens)
+        # the rollouts' own format and passage lengths, so the demonstrations show what RL will show
+        rollout_config = rollout_settings(c, greedy=True, seed=c.seed)
         demos = build_demonstrations(questions, index=self.index, tokenizer=tokenizer, config=rollout_config,
                                      with_ranker=c.ranker == "llm" and c.ranker_model == c.agent,
-                                     ranker_demos=c.warmup_ranker_demos, stats=stats)
+                                     ranker_demos=c.warmup_ranker_demos,
+                                     visible_evidence=c.warmup_visible_evidence, stats=stats)
         if not demos:
             raise NothingToDo("the warm-up found no demonstration: no question's searches showed a gold answer",
                               fix="check that the index holds the training questions' corpus, or warmup_questions = 0")
@@ -841,6 +845,9 @@ class Runner:
             tokenizer.save_pretrained(tmp)
             manifest = self.manifest("warmup", models=given_models(c), finetune=asdict(ft),
                                      demonstrations=asdict(stats), questions=[q.id for q in questions],
+                                     shown={"passage_tokens": rollout_config.passage_tokens,
+                                            "ranker_passage_tokens": rollout_config.ranker_passage_tokens,
+                                            "visible_evidence": c.warmup_visible_evidence},
                                      losses={"first": losses[0], "last": losses[-1], "steps": len(losses)})
             write_json_atomic(tmp / "warmup.manifest.json", manifest)
             os.replace(tmp, out)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -164,9 +164,15 @@ def shuffled_positions(key: str, n: int) -> list[int]:
     return order
 
 
+def in_view(tokenizer, passages: Sequence[Passage], passage_tokens: int) -> list[Passage]:
+    """The passages as a prompt shows them: each text cut to `passage_tokens` tokens (titles are shown whole)."""
+    texts = agent_prompts.truncate_to_tokens(tokenizer, [p.text for p in passages], passage_tokens)
+    return [replace(p, text=t) for p, t in zip(passages, texts)]
+
+
 def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, config: RolloutConfig,
                          limits: ConstraintLimits = ConstraintLimits(), require_evidence: bool = True,
-                         with_ranker: bool = True, ranker_demos: str = "all",
+                         with_ranker: bool = True, ranker_demos: str = "all", visible_evidence: bool = False,
                          stats: DemoStats | None = None) -> list[Demo]:
     """Agent (and ranker) demonstrations for each question, in the rollout's exact token format.
 
@@ -176,6 +182,11 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
     also keeps those that fall back to the retriever's order; "shuffled" keeps the evidence calls and shows
     their candidates in a fixed random order (`shuffled_positions`), so that the demonstrated choice is not
     the first position whenever the retriever ranked the evidence first.
+
+    With `visible_evidence`, an answer counts as evidence only where the prompt shows it: a ranker demonstration
+    judges the candidates by their first `config.ranker_passage_tokens` tokens (what the ranker reads), and an
+    agent demonstration needs the answer in its observations' first `config.passage_tokens` tokens. Otherwise a
+    demonstration may choose a passage for an answer that lies beyond the cut, which no model can learn to see.
     """
     if ranker_demos not in RANKER_DEMOS:
         raise ValueError(f"ranker_demos must be one of {', '.join(RANKER_DEMOS)}, not {ranker_demos!r}")
@@ -194,17 +205,20 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
         shown_answer = False
         for turn, (query, hits) in enumerate(zip(queries, hit_lists)):
             candidates = index.docs.get([h.id for h in hits])
-            order, reason = demo_ranking(question, candidates, config.k)
+            judged = in_view(tokenizer, candidates, config.ranker_passage_tokens) if visible_evidence else candidates
+            order, reason = demo_ranking(question, judged, config.k)
             shown = [candidates[i] for i in order]
-            shown_answer |= any(passage_has_answer(p, question.answers) for p in shown)
-            keep_ranker = ranker_demos == "all" or informed(question, candidates)  # evidence, shuffled: informed
+            read = in_view(tokenizer, shown, config.passage_tokens) if visible_evidence else shown
+            shown_answer |= any(passage_has_answer(p, question.answers) for p in read)
+            keep_ranker = ranker_demos == "all" or informed(question, judged)  # evidence, shuffled: informed
             if with_ranker and candidates and not keep_ranker:
                 stats.ranker_uninformed_skipped += 1
             if with_ranker and candidates and keep_ranker:
                 listed, r_order, r_reason = candidates, order, reason
                 if ranker_demos == "shuffled":
-                    listed = [candidates[i] for i in shuffled_positions(f"{question.id}/t{turn}", len(candidates))]
-                    r_order, r_reason = demo_ranking(question, listed, config.k)
+                    positions = shuffled_positions(f"{question.id}/t{turn}", len(candidates))
+                    listed = [candidates[i] for i in positions]
+                    r_order, r_reason = demo_ranking(question, [judged[i] for i in positions], config.k)
                 r_prompt = ranking.prompt_ids(tokenizer, question.question, query, listed, config.k,
                                               config.ranker_passage_tokens)
                 output = ranker_output_ids(tokenizer, _fit(tokenizer, r_reason, limits.max_reason),

@@ -257,6 +257,14 @@ def test_evaluate_ranker_command(tmp_path, index_dir, tiny_dir, recorded, one_to
 
     rows = pl.read_parquet(tmp_path / "calls.parquet")
     assert rows.height == 3 * n and sorted(set(rows["order"])) == ["baseline", "ranker", "retriever"]
+    # the same calls read through a shorter window: recorded, and the retriever's order is scored as before
+    short = run_cli("evaluate", "ranker", "--calls", calls_file, "--index", index_dir, "--ranker-model", tiny_dir,
+                    "--ranker-passage-tokens", "4", "--bootstrap", "100", "--quiet")
+    assert short.exit_code == 0, short.stderr
+    cut = json.loads(short.stdout)
+    assert cut["manifest"]["options"]["ranker_passage_tokens"] == 4
+    assert summary["manifest"]["options"]["ranker_passage_tokens"] == fixed_calls(recorded).config.ranker_passage_tokens
+    assert cut["orders"]["retriever"] == orders["retriever"] and cut["calls"] == n
 
 
 def test_evaluate_ranker_errors(tmp_path, index_dir, tiny_dir, recorded):
@@ -269,6 +277,8 @@ def test_evaluate_ranker_errors(tmp_path, index_dir, tiny_dir, recorded):
                            tiny_dir), 3, "questions.jsonl:1:", "expected a rollout record")
     one_line_error(run_cli("evaluate", "ranker", "--calls", calls_file, "--index", index_dir, "--ranker-model",
                            tiny_dir, "--bootstrap", "0"), 4, "--bootstrap")
+    one_line_error(run_cli("evaluate", "ranker", "--calls", calls_file, "--index", index_dir, "--ranker-model",
+                           tiny_dir, "--ranker-passage-tokens", "0"), 4, "--ranker-passage-tokens")
 
 
 # --- before vs after ---------------------------------------------------------------------------------------

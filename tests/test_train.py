@@ -292,12 +292,16 @@ def test_metrics_log_has_the_update_diagnostics(tmp_path, tiny_model_dir, monkey
 def test_warmup_runs_first_and_the_run_starts_from_it(tmp_path, tiny_model_dir):
     from cosearch_cli import train as training
 
-    cfg = _config(tmp_path, tiny_model_dir, iterations=1, warmup_questions=3, warmup_epochs=1, kl_coef=0.001)
+    cfg = _config(tmp_path, tiny_model_dir, iterations=1, warmup_questions=3, warmup_epochs=1, kl_coef=0.001,
+                  passage_tokens=24, ranker_passage_tokens=12)
     runner = training.Runner(cfg)
     root = runner.run()
     warm = root / "warmup"
     manifest = orjson.loads((warm / "warmup.manifest.json").read_bytes())
     assert (warm / "model.safetensors").is_file() and manifest["options"]["demonstrations"]["questions"] == 3
+    # the demonstrations show the passages as the run's rollouts do
+    assert manifest["options"]["shown"] == {"passage_tokens": 24, "ranker_passage_tokens": 12,
+                                            "visible_evidence": False}
     assert (root / "eval-base" / "summary.json").is_file() and (root / "eval-init" / "summary.json").is_file()
     # eval-base ran the given model, eval-init and the first iteration the warm-up checkpoint
     assert orjson.loads((root / "eval-base" / "rollouts.manifest.json").read_bytes())["options"]["models"][

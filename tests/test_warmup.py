@@ -215,6 +215,17 @@ def test_cli_writes_a_checkpoint_that_loads(tmp_path, tiny_lm, fixtures_dir, ind
     assert again.exit_code == 8 and "already exists" in again.stderr
     clash = run_cli(*args[:-2], "--exclude", fixtures_dir / "train.jsonl", "--overwrite", "--quiet")
     assert clash.exit_code == 3 and "also evaluation questions" in clash.stderr
+    # what the prompts show, and judged by what they show: recorded, and the ranker prompts cut to 12 tokens
+    seen = run_cli(*args, "--overwrite", "--visible-evidence", "--ranker-passage-tokens", "12",
+                   "--passage-tokens", "20")
+    assert seen.exit_code == 0, seen.stderr
+    options = orjson.loads((out / "warmup.manifest.json").read_bytes())["options"]
+    assert options["visible_evidence"] is True
+    assert (options["ranker_passage_tokens"], options["passage_tokens"]) == (12, 20)
+    cut = [tokenizer.decode(orjson.loads(line)["token_ids"])
+           for line in (out / "demonstrations.jsonl").read_bytes().splitlines() if b'"ranker"' in line]
+    by_length = zip(sorted(cut, key=len), sorted(ranker_prompts, key=len))
+    assert cut and all(len(text) < len(full) for text, full in by_length)
 
 
 def test_demo_ranking_of_no_candidates_is_empty():
@@ -305,3 +316,57 @@ def test_shuffled_ranker_demos_list_the_candidates_in_the_permuted_order(train_q
             passage_has_answer(chosen, question.answers) == passage_has_answer(best, question.answers)
         moved += order[0] != candidates.index(chosen)
     assert moved, "some demonstrated first choice should sit at another position than the retriever's"
+
+
+def test_in_view_demo_ranking_judges_only_the_text_the_prompt_shows(tiny_lm):
+    from cosearch_cli.records import Passage
+    from cosearch_cli.warmup import in_view, informed
+
+    tokenizer = tiny_lm[1]
+    q = Question("q", "Which city hosts the festival?", ["Lyon"], "nq", [])
+    far = "The festival began in a small hall near the river, and after many years it moved to Lyon."
+    candidates = [Passage("a", "Paris", "A city."), Passage("b", "Festival", far),
+                  Passage("c", "Other", "Lyon hosts it.")]
+    assert demo_ranking(q, candidates, 2) == ([1, 2], " [2] mentions Lyon.")  # the answer past the cut counts
+    seen = in_view(tokenizer, candidates, 6)
+    assert [p.id for p in seen] == ["a", "b", "c"] and [p.title for p in seen] == ["Paris", "Festival", "Other"]
+    assert "Lyon" not in seen[1].text and seen[2].text == "Lyon hosts it." and seen[0].text == "A city."
+    assert demo_ranking(q, seen, 2) == ([2, 0], " [3] mentions Lyon.")  # only [3] shows the answer
+    assert informed(q, candidates[:2]) and not informed(q, seen[:2])
+
+
+def test_visible_evidence_keeps_the_demonstrations_whose_evidence_is_in_view(train_questions, index, tiny_lm):
+    from cosearch_cli.metrics import has_answer
+    from cosearch_cli.warmup import DemoStats, in_view, informed
+
+    tokenizer = tiny_lm[1]
+    config = RolloutConfig(max_turns=2, top_n=10, k=3, passage_tokens=8, ranker_passage_tokens=8)
+    anywhere, visible = DemoStats(), DemoStats()
+    full = build_demonstrations(train_questions, index=index, tokenizer=tokenizer, config=config,
+                                ranker_demos="evidence", stats=anywhere)
+    seen = build_demonstrations(train_questions, index=index, tokenizer=tokenizer, config=config,
+                                ranker_demos="evidence", visible_evidence=True, stats=visible)
+    # the ranker calls are the same; kept are exactly those informed within the ranker's 8-token view
+    by_id = {q.id: q for q in train_questions}
+    in_sight = set()
+    for d in (d for d in full if d.role == "ranker"):
+        candidates = index.docs.get([h.id for h in index.retriever().search(d.queries, config.top_n)[0]])
+        if informed(by_id[d.key.split("/")[0]], in_view(tokenizer, candidates, 8)):
+            in_sight.add(d.key)
+    full_keys = {d.key for d in full if d.role == "ranker"}
+    assert in_sight and in_sight < full_keys, "the fixture should hold calls whose answer lies past 8 tokens"
+    assert {d.key for d in seen if d.role == "ranker"} == in_sight
+    assert visible.ranker == len(in_sight)
+    assert visible.ranker_uninformed_skipped == anywhere.ranker_uninformed_skipped + len(full_keys - in_sight)
+
+    def observation_shows_answer(demo) -> bool:  # the masked tokens after the prompt: the observations
+        question = by_id[demo.key.split("/")[0]]
+        start = len(prompt_ids(tokenizer, question.question, config.max_turns))
+        observed = [t for t, m in zip(demo.token_ids[start:], demo.mask[start:]) if m == 0]
+        return has_answer(tokenizer.decode(observed), question.answers)
+
+    agents_full = [d for d in full if d.role == "agent"]
+    agents_seen = [d for d in seen if d.role == "agent"]
+    assert 0 < len(agents_seen) < len(agents_full) and visible.agent == len(agents_seen)
+    assert all(observation_shows_answer(d) for d in agents_seen)
+    assert not all(observation_shows_answer(d) for d in agents_full)  # anywhere: answers past the cut count

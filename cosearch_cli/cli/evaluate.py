@@ -8,7 +8,7 @@ original usage keeps working next to `evaluate ranker`.
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -276,6 +276,9 @@ def ranker_command(
     output: SummaryOutput = "-",
     per_call: Annotated[str | None, typer.Option(
         help="Write every call's scores here (.parquet or .jsonl): one row per call and order.")] = None,
+    ranker_passage_tokens: Annotated[int | None, typer.Option(
+        help="Tokens of each candidate the rankers read (default: the rollout's own); the calls, candidates and "
+             "scoring stay the same.")] = None,
     constrain: Constrain = "recorded",
     backend: Backend = "hf",
     batch_size: BatchSize = 16,
@@ -300,6 +303,10 @@ def ranker_command(
     check_bootstrap(bootstrap, confidence)
     records, reader = load_run(calls)
     fixed = fixed_calls(records)
+    if ranker_passage_tokens is not None:
+        if ranker_passage_tokens < 1:
+            raise ConfigError("--ranker-passage-tokens must be at least 1", fix="e.g. --ranker-passage-tokens 96")
+        fixed.config = replace(fixed.config, ranker_passage_tokens=ranker_passage_tokens)
     opened = open_index(index)
     engine = dict(constrain=constrain, backend=backend, batch_size=batch_size, quiet=quiet, device=device,
                   dtype=dtype)
@@ -315,7 +322,8 @@ def ranker_command(
                                    for metric in ("hit1", "ndcg")} for b, a in pairs}
     options = {"calls": calls, "index": index_location(index), "ranker_model": ranker_model,
                "baseline_model": baseline_model, "constrain": constrain, "backend": backend,
-               "bootstrap": bootstrap, "confidence": confidence, "k": fixed.k}
+               "bootstrap": bootstrap, "confidence": confidence, "k": fixed.k,
+               "ranker_passage_tokens": fixed.config.ranker_passage_tokens}
     manifest = make_manifest("evaluate-ranker", options, inputs=reader.hashes, seed=seed,
                              upstream=reader.upstream + [opened.manifest])
     summary = {"kind": "ranker_quality", "questions": fixed.questions(), "calls": len(fixed.pairs),

@@ -48,6 +48,16 @@ def warmup(
              "title). Calls without evidence demonstrate the retriever's order, so a ranker warmed up on them "
              "learns to copy the retriever. 'shuffled': the evidence calls with their candidates listed in a "
              "fixed random order, so position alone does not give the demonstrated choice.")] = "all",
+    visible_evidence: Annotated[bool, typer.Option(
+        "--visible-evidence", help="Count an answer as evidence only where the prompt shows it: ranker "
+                                   "demonstrations judge each candidate by its first --ranker-passage-tokens "
+                                   "tokens, agent ones need the answer in their observations' first "
+                                   "--passage-tokens (default: anywhere in the passage, even past the cut).")]
+    = False,
+    passage_tokens: Annotated[int | None, typer.Option(
+        help="Tokens of each passage the agent reads (default: --sizes'); use the rollout's value.")] = None,
+    ranker_passage_tokens: Annotated[int | None, typer.Option(
+        help="Tokens of each candidate the ranker reads (default: --sizes'); use the rollout's value.")] = None,
     keep_unsupported: Annotated[bool, typer.Option(
         "--keep-unsupported", help="Keep agent demonstrations whose observations never show a gold answer "
                                    "(default: drop them; they teach answering from memory).")] = False,
@@ -85,7 +95,8 @@ def warmup(
     preset = old_preset or preset
     refuse_existing(out, overwrite)
     use_threads(threads, quiet)
-    given = dict(max_turns=max_turns, k=k, top_n=top_n, max_new_tokens=max_new_tokens)
+    given = dict(max_turns=max_turns, k=k, top_n=top_n, max_new_tokens=max_new_tokens, passage_tokens=passage_tokens,
+                 ranker_passage_tokens=ranker_passage_tokens)
     overrides = {key: value for key, value in given.items() if value is not None}
     config = make_preset(preset, retriever=retriever, **overrides)
     config.top_n = max(config.top_n, config.k)
@@ -103,7 +114,7 @@ def warmup(
     stats = DemoStats()
     demos = build_demonstrations(train, index=opened, tokenizer=tokenizer, config=config,
                                  require_evidence=not keep_unsupported, with_ranker=ranker,
-                                 ranker_demos=ranker_demos, stats=stats)
+                                 ranker_demos=ranker_demos, visible_evidence=visible_evidence, stats=stats)
     if not demos:
         raise NothingToDo("no demonstrations: no question's searches showed a gold answer",
                           fix="check that the index holds the questions' corpus, or pass --keep-unsupported")
@@ -130,8 +141,11 @@ def warmup(
         _write_demos(tmp / "demonstrations.jsonl", demos, tokenizer)
         options = {"questions": questions, "index": index_location(index), "model": model,
                    "exclude": exclude or [], "preset": preset, "max_turns": config.max_turns, "k": config.k,
-                   "top_n": config.top_n, "max_new_tokens": config.max_new_tokens, "retriever": retriever, "ranker": ranker,
-                   "ranker_demos": ranker_demos, "keep_unsupported": keep_unsupported, "limit": limit, **asdict(ft)}
+                   "top_n": config.top_n, "max_new_tokens": config.max_new_tokens, "retriever": retriever,
+                   "ranker": ranker,
+                   "passage_tokens": config.passage_tokens, "ranker_passage_tokens": config.ranker_passage_tokens,
+                   "ranker_demos": ranker_demos, "visible_evidence": visible_evidence,
+                   "keep_unsupported": keep_unsupported, "limit": limit, **asdict(ft)}
         manifest = make_manifest("warmup", options, inputs=hashes, seed=seed,
                                  upstream=reader.upstream + [opened.manifest])
         manifest["demonstrations"] = asdict(stats)
