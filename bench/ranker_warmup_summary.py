@@ -10,6 +10,7 @@ answer-bearing candidate how many gained or lost Hit@1 (from the `--per-call` pa
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import orjson
@@ -40,6 +41,64 @@ def first_choices(per_call: pl.DataFrame, order: str = "ranker") -> dict[str, in
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
+def demonstrated_first_positions(outputs: list[str]) -> dict[str, int]:
+    """How often each candidate position (1-based) is the first of the ranking a ranker demonstration writes,
+    most frequent first (`outputs`: the demonstrations' generated text; the ranking follows RANKING_OPEN)."""
+    from cosearch_cli.ranker import RANKING_OPEN
+
+    firsts = []
+    for text in outputs:
+        found = re.search(re.escape(RANKING_OPEN) + r"\s*\[(\d+)\]", text)
+        firsts.append(found.group(1) if found else "unparsed")
+    counts = {position: firsts.count(position) for position in sorted(set(firsts))}
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+def demonstration_outputs(folder: Path) -> list[str]:
+    """The generated (unmasked) text of each ranker demonstration in a warm-up's demonstrations.jsonl."""
+    from cosearch_cli.models import load_tokenizer
+
+    tokenizer, out = load_tokenizer(str(folder)), []
+    for line in (folder / "demonstrations.jsonl").read_bytes().splitlines():
+        row = orjson.loads(line)
+        if row["role"] == "ranker":
+            out.append(tokenizer.decode([t for t, m in zip(row["token_ids"], row["mask"]) if m]))
+    return out
+
+
+def hit1_by_visibility(per_call: pl.DataFrame, visible: dict[str, bool]) -> dict:
+    """Mean Hit@1 of each order over the scored calls (not dataset-averaged), apart for the calls whose
+    candidates show an answer within the tokens the ranker reads (`visible[call_id]`) and the others."""
+    scored = per_call.filter(pl.col("hit1").is_not_null())
+    out = {}
+    for label, wanted in (("answer_in_view", True), ("answer_out_of_view", False)):
+        part = scored.filter(pl.col("call_id").is_in([c for c, v in visible.items() if v == wanted]))
+        calls = part.filter(pl.col("order") == "retriever").height
+        out[label] = {"calls": calls} | {order: round(float(part.filter(pl.col("order") == order)["hit1"].mean()), 3)
+                                         for order in sorted(set(part["order"])) if calls}
+    return out
+
+
+def in_view_calls(calls_path: Path, index_folder: str, tokens: int | None) -> dict[str, bool]:
+    """Per ranker call of a recorded run: whether some candidate shows a gold answer in its first `tokens`
+    (None: the tokens the rollout's ranker read)."""
+    from cosearch_cli.agent import truncate_to_tokens
+    from cosearch_cli.artifacts import Reader
+    from cosearch_cli.evaluate import read_run
+    from cosearch_cli.index import open_index
+    from cosearch_cli.metrics import has_answer
+    from cosearch_cli.models import load_tokenizer
+
+    tokenizer, docs = load_tokenizer("smollm2"), open_index(index_folder).docs
+    out = {}
+    for record in read_run(Reader.open(str(calls_path)).rows()):
+        for call in (c for c in record.ranker_calls if c.candidate_ids):
+            budget = tokens or record.sampling["ranker_passage_tokens"]
+            texts = truncate_to_tokens(tokenizer, [p.text for p in docs.get(call.candidate_ids)], budget)
+            out[call.id] = any(has_answer(t, record.answers) for t in texts)
+    return out
+
+
 def summary(evaluation: dict, per_call: pl.DataFrame, warmup_manifest: dict | None) -> dict:
     def figure(order: str, metric: str) -> float:
         return evaluation["orders"][order][metric]
@@ -55,6 +114,9 @@ def summary(evaluation: dict, per_call: pl.DataFrame, warmup_manifest: dict | No
     out["invalid"] = {"warmup": figure("ranker", "invalid"), "baseline": figure("baseline", "invalid")}
     out["warmup_minus_retriever"] = {m: difference("ranker_vs_retriever", m) for m in ("hit1", "ndcg")}
     out["warmup_minus_baseline"] = {m: difference("ranker_vs_baseline", m) for m in ("hit1", "ndcg")}
+    out["baseline_minus_retriever"] = {m: difference("baseline_vs_retriever", m) for m in ("hit1", "ndcg")}
+    # tokens of each candidate the rankers read (None: an evaluation from before the option, the rollout's own)
+    out["ranker_passage_tokens"] = evaluation.get("manifest", {}).get("options", {}).get("ranker_passage_tokens")
     out |= changed_calls(per_call)
     out["first_choice_positions"] = {order: first_choices(per_call, order) for order in ("ranker", "baseline")}
     out["bootstrap"] = evaluation["bootstrap"]
@@ -77,10 +139,20 @@ def main() -> None:
     ap.add_argument("--eval", type=Path, required=True, help="the JSON `cosearch evaluate ranker -o` wrote")
     ap.add_argument("--per-call", type=Path, required=True, help="its --per-call parquet")
     ap.add_argument("--warmup", type=Path, help="the warmed-up checkpoint folder (its warmup.manifest.json)")
+    ap.add_argument("--calls", type=Path, help="the rollouts the evaluation re-ranked: with --index, Hit@1 apart "
+                                                "for the calls that show an answer within the ranker's tokens")
+    ap.add_argument("--index", help="the index of those calls (passage texts)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     manifest = orjson.loads((args.warmup / "warmup.manifest.json").read_bytes()) if args.warmup else None
-    out = summary(orjson.loads(args.eval.read_bytes()), pl.read_parquet(args.per_call), manifest)
+    per_call = pl.read_parquet(args.per_call)
+    out = summary(orjson.loads(args.eval.read_bytes()), per_call, manifest)
+    if args.warmup and (args.warmup / "demonstrations.jsonl").is_file():
+        out["demonstrated_first_positions"] = demonstrated_first_positions(demonstration_outputs(args.warmup))
+    if args.calls and args.index:
+        tokens = out["ranker_passage_tokens"]
+        out["hit1_by_visibility"] = {"tokens": tokens or "the rollout's"} | hit1_by_visibility(
+            per_call, in_view_calls(args.calls, args.index, tokens))
     args.out.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
     print(orjson.dumps({k: out[k] for k in ("hit1", "warmup_minus_retriever",
                                             "calls_in_another_order_than_the_retriever", "hit1_higher",

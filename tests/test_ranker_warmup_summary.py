@@ -6,7 +6,8 @@ import polars as pl
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
-from ranker_warmup_summary import changed_calls, first_choices, relative  # noqa: E402
+from ranker_warmup_summary import (changed_calls, demonstrated_first_positions, first_choices,  # noqa: E402
+                                   hit1_by_visibility, relative)
 
 
 def test_changed_calls_and_their_hit1_moves_are_counted_per_call():
@@ -31,3 +32,28 @@ def test_paths_inside_the_working_folder_become_relative(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert relative(str(tmp_path / "indexes" / "x")) == "indexes/x"
     assert relative("/elsewhere/x") == "/elsewhere/x" and relative(3) == 3 and relative("runs/a") == "runs/a"
+
+
+def test_hit1_is_split_by_whether_the_ranker_could_see_an_answer():
+    rows = [  # call, order, hit1
+        ("a", "ranker", 1.0), ("a", "retriever", 0.0),  # in view
+        ("b", "ranker", 1.0), ("b", "retriever", 1.0),  # in view
+        ("c", "ranker", 0.0), ("c", "retriever", 1.0),  # in view
+        ("d", "ranker", 0.0), ("d", "retriever", 1.0),  # out of view
+        ("e", "ranker", None), ("e", "retriever", None),  # in view but not scored
+    ]
+    frame = pl.DataFrame([dict(call_id=c, order=o, hit1=h) for c, o, h in rows])
+    split = hit1_by_visibility(frame, {"a": True, "b": True, "c": True, "d": False, "e": True})
+    # in view: ranker 2 of 3, retriever 2 of 3; out of view: ranker 0 of 1, retriever 1 of 1
+    assert split == {"answer_in_view": {"calls": 3, "ranker": 0.667, "retriever": 0.667},
+                     "answer_out_of_view": {"calls": 1, "ranker": 0.0, "retriever": 1.0}}
+    assert hit1_by_visibility(frame, {"d": True}) == {"answer_in_view": {"calls": 1, "ranker": 0.0, "retriever": 1.0},
+                                                       "answer_out_of_view": {"calls": 0}}
+
+
+def test_demonstrated_first_positions_read_the_ranking_not_the_reason():
+    from cosearch_cli.ranker import RANKING_OPEN
+
+    outputs = [f" [3] mentions Lyon. {RANKING_OPEN} [1] > [3] > [2]", f"{RANKING_OPEN}[2] > [1]",
+               f"{RANKING_OPEN} [1] > [2]", "no ranking here"]
+    assert demonstrated_first_positions(outputs) == {"1": 2, "2": 1, "unparsed": 1}
