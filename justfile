@@ -146,20 +146,21 @@ ranker-warmup more="100" split="runs/study7-split" result="ranker_warmup" baseli
     .venv/bin/cosearch evaluate ranker --calls runs/s4-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --ranker-model {{split}}/warmup-ranker --baseline-model {{baseline}} -o {{split}}/ranker-eval.json --per-call {{split}}/ranker-calls.parquet
     .venv/bin/python bench/ranker_warmup_summary.py --eval {{split}}/ranker-eval.json --per-call {{split}}/ranker-calls.parquet --warmup {{split}}/warmup-ranker --out bench/results/{{result}}.json
 
-# A ranker warm-up whose demonstrations choose only by evidence the ranker can see (issue 14, target b), after
+# Ranker warm-ups whose demonstrations choose only by evidence the ranker can see (issue 14, target b), after
 # `just learning-evidence` (its s4-cosearch/eval-init holds the 210 held-out ranker calls): `cosearch warmup
 # --visible-evidence` on the 4x questions of `just ranker-warmup`, the ranker reading `tokens` of each candidate,
 # judged on the held-out calls read the same way. `just ranker-warmup-visible 96`, `just ranker-warmup-visible 32`
-# (~1 h and ~40 min of warm-up here, one thread each), then `just ranker-warmup-visible-result`.
-ranker-warmup-visible tokens="96" split="runs/study7-split":
+# and `just ranker-warmup-visible 96 balanced` (~1 h, ~40 min and ~25 min of warm-up here), then
+# `just ranker-warmup-visible-result`. Results: bench/results/ranker_warmup_visible.md.
+ranker-warmup-visible tokens="96" demos="evidence" split="runs/study7-split":
     .venv/bin/python bench/learning_split.py --heldout 210 --warmup 168 --train-dev-per-dataset 60 --more-warmup 100 --out {{split}}
-    .venv/bin/cosearch warmup --questions runs/study3/warmup.jsonl --questions {{split}}/warmup_more.jsonl --index indexes/dev-bm25 --out runs/rwv-{{tokens}}/warmup-ranker --exclude runs/study3/heldout.jsonl --ranker-demos evidence --visible-evidence --ranker-passage-tokens {{tokens}} --epochs 1 --lr 3e-5 --token-budget 2048 --k 3 --top-n 5 --max-turns 1 --max-new-tokens 64 --seed 0 --threads 1
-    OMP_NUM_THREADS=1 .venv/bin/cosearch evaluate ranker --calls runs/s4-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --ranker-model runs/rwv-{{tokens}}/warmup-ranker --baseline-model runs/study3/warmup --ranker-passage-tokens {{tokens}} -o runs/rwv-{{tokens}}/ranker-eval.json --per-call runs/rwv-{{tokens}}/ranker-calls.parquet
-    .venv/bin/python bench/ranker_warmup_summary.py --eval runs/rwv-{{tokens}}/ranker-eval.json --per-call runs/rwv-{{tokens}}/ranker-calls.parquet --warmup runs/rwv-{{tokens}}/warmup-ranker --calls runs/s4-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --out runs/rwv-{{tokens}}/summary.json
+    .venv/bin/cosearch warmup --questions runs/study3/warmup.jsonl --questions {{split}}/warmup_more.jsonl --index indexes/dev-bm25 --out runs/rwv-{{demos}}-{{tokens}}/warmup-ranker --exclude runs/study3/heldout.jsonl --ranker-demos {{demos}} --visible-evidence --ranker-passage-tokens {{tokens}} --epochs 1 --lr 3e-5 --token-budget 2048 --k 3 --top-n 5 --max-turns 1 --max-new-tokens 64 --seed 0
+    .venv/bin/cosearch evaluate ranker --calls runs/s4-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --ranker-model runs/rwv-{{demos}}-{{tokens}}/warmup-ranker --baseline-model runs/study3/warmup --ranker-passage-tokens {{tokens}} -o runs/rwv-{{demos}}-{{tokens}}/ranker-eval.json --per-call runs/rwv-{{demos}}-{{tokens}}/ranker-calls.parquet
+    .venv/bin/python bench/ranker_warmup_summary.py --eval runs/rwv-{{demos}}-{{tokens}}/ranker-eval.json --per-call runs/rwv-{{demos}}-{{tokens}}/ranker-calls.parquet --warmup runs/rwv-{{demos}}-{{tokens}}/warmup-ranker --calls runs/s4-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --out runs/rwv-{{demos}}-{{tokens}}/summary.json
 
-# bench/results/ranker_warmup_visible.json: the two summaries of `just ranker-warmup-visible 96` and `... 32`.
+# bench/results/ranker_warmup_visible.json: the summaries of the three `just ranker-warmup-visible` runs.
 ranker-warmup-visible-result:
-    .venv/bin/python -c "import json; json.dump({f'ranker_passage_tokens_{t}': json.load(open(f'runs/rwv-{t}/summary.json')) for t in (96, 32)}, open('bench/results/ranker_warmup_visible.json', 'w'), indent=2)"
+    .venv/bin/python -c "import json; json.dump({arm: json.load(open(f'runs/rwv-{arm}/summary.json')) for arm in ('evidence-96', 'evidence-32', 'balanced-96')}, open('bench/results/ranker_warmup_visible.json', 'w'), indent=2)"
 
 # How much of the evidence the prompts show: answer-bearing candidates whose answer lies within B tokens.
 evidence-in-view:

@@ -136,7 +136,8 @@ class TrainConfig:
     warmup_ranker_demos: str = "all"
     """Ranker calls the warm-up trains on: "all", or "evidence" (some candidate bears a gold answer or title;
     the others demonstrate the retriever's order, and a ranker warmed up on them learns to copy it), or
-    "shuffled" (the evidence calls, candidates listed in a fixed random order; `cosearch warmup --help`)."""
+    "shuffled" (the evidence calls, candidates listed in a fixed random order), or "balanced" (the evidence
+    calls, as many choosing the retriever's first candidate as another; `cosearch warmup --help`)."""
     warmup_visible_evidence: bool = False
     """Warm-up evidence only where the prompts show it: ranker demonstrations judge candidates by their first
     `ranker_passage_tokens` tokens, agent ones need the answer in their first `passage_tokens` (`cosearch
@@ -214,9 +215,9 @@ class TrainConfig:
                 self.warmup_token_budget < 1:
             problems.append(("warmup_questions/warmup_epochs/warmup_lr/warmup_token_budget",
                              "must be >= 0, >= 1, > 0 and >= 1"))
-        if self.warmup_ranker_demos not in ("all", "evidence", "shuffled"):
+        if self.warmup_ranker_demos not in ("all", "evidence", "shuffled", "balanced"):
             problems.append(("warmup_ranker_demos",
-                             f"must be 'all', 'evidence' or 'shuffled', not {self.warmup_ranker_demos!r}"))
+                             f"must be 'all', 'evidence', 'shuffled' or 'balanced', not {self.warmup_ranker_demos!r}"))
         if self.lr_warmup < 0 or self.max_grad_norm < 0 or self.max_draw < 0 or self.heldout_kl < 0:
             problems.append(("lr_warmup/max_grad_norm/max_draw/heldout_kl", "must be >= 0"))
         if self.norm_over not in ("batch", "trained"):

@@ -16,6 +16,7 @@ outputs); prompts and observations are masked out.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -47,6 +48,7 @@ class Demo:
     mask: list[int]
     answer_shown: bool = False  # agent: some observation held a gold answer
     queries: list[str] = field(default_factory=list)
+    first_choice: int | None = None  # ranker: the 0-based candidate the demonstration puts first
 
 
 @dataclass
@@ -56,6 +58,7 @@ class DemoStats:
     ranker: int = 0
     skipped_no_evidence: int = 0
     ranker_uninformed_skipped: int = 0  # ranker calls with no answer-bearing or gold candidate, left out
+    ranker_unbalanced_skipped: int = 0  # "balanced": calls choosing the retriever's first, beyond the others' count
     searches: int = 0
 
 
@@ -154,7 +157,7 @@ def _fit(tokenizer, text: str, max_tokens: int) -> str:
 # Demonstrations
 
 
-RANKER_DEMOS = ("all", "evidence", "shuffled")
+RANKER_DEMOS = ("all", "evidence", "shuffled", "balanced")
 
 
 def shuffled_positions(key: str, n: int) -> list[int]:
@@ -181,7 +184,9 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
     `ranker_demos="evidence"` keeps only the ranker calls whose order rests on evidence (`informed`); "all"
     also keeps those that fall back to the retriever's order; "shuffled" keeps the evidence calls and shows
     their candidates in a fixed random order (`shuffled_positions`), so that the demonstrated choice is not
-    the first position whenever the retriever ranked the evidence first.
+    the first position whenever the retriever ranked the evidence first; "balanced" keeps, in the retriever's
+    order, every evidence call whose demonstrated first choice is not the retriever's first and as many of the
+    others (`balance_first_choices`), so that copying the retriever's order is right on half of them.
 
     With `visible_evidence`, an answer counts as evidence only where the prompt shows it: a ranker demonstration
     judges the candidates by their first `config.ranker_passage_tokens` tokens (what the ranker reads), and an
@@ -224,7 +229,8 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
                 output = ranker_output_ids(tokenizer, _fit(tokenizer, r_reason, limits.max_reason),
                                            [i + 1 for i in r_order])
                 demos.append(Demo(f"{question.id}/ranker/t{turn}", "ranker", r_prompt + output,
-                                  [0] * len(r_prompt) + [1] * len(output), queries=[query]))
+                                  [0] * len(r_prompt) + [1] * len(output), queries=[query],
+                                  first_choice=r_order[0] if r_order else None))
                 stats.ranker += 1
             think = " I need to find more facts." if turn else " I should search for the facts I need."
             turn_ids = agent_turn_ids(tokenizer, _fit(tokenizer, think, limits.max_think), "search", query)
@@ -244,7 +250,23 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
         demos.append(Demo(f"{question.id}/agent", "agent", ids + final, mask + [1] * len(final),
                           answer_shown=shown_answer, queries=queries))
         stats.agent += 1
+    if ranker_demos == "balanced":
+        demos = balance_first_choices(demos, stats)
     return demos
+
+
+def balance_first_choices(demos: list[Demo], stats: DemoStats | None = None) -> list[Demo]:
+    """Every ranker demonstration whose first choice is not candidate 0 (the retriever's first), and as many of
+    those that choose candidate 0, taken in a fixed order of their keys (sha1); agent demonstrations all stay,
+    and the order of the list is kept."""
+    other = [d for d in demos if d.role == "ranker" and d.first_choice != 0]
+    first = sorted((d for d in demos if d.role == "ranker" and d.first_choice == 0),
+                   key=lambda d: hashlib.sha1(d.key.encode()).hexdigest())
+    keep = {id(d) for d in other + first[:len(other)]}
+    if stats is not None:
+        stats.ranker_unbalanced_skipped += len(first) - min(len(first), len(other))
+        stats.ranker = len(keep)
+    return [d for d in demos if d.role != "ranker" or id(d) in keep]
 
 
 def check_no_overlap(train: Sequence[Question], excluded: Sequence[Question]) -> None:

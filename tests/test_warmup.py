@@ -284,18 +284,27 @@ def test_shuffled_positions_are_a_fixed_permutation():
     assert shuffled_positions("q1/t0", 1) == [0] and shuffled_positions("q1/t0", 0) == []
 
 
+def _demo_sets(questions, index, tokenizer, config, *kinds):
+    """(demonstrations, their DemoStats) for each `ranker_demos` kind, agent demonstrations without evidence kept."""
+    from cosearch_cli.warmup import DemoStats
+
+    out = []
+    for kind in kinds:
+        stats = DemoStats()
+        out.append((build_demonstrations(questions, index=index, tokenizer=tokenizer, config=config,
+                                         require_evidence=False, ranker_demos=kind, stats=stats), stats))
+    return out
+
+
 def test_shuffled_ranker_demos_list_the_candidates_in_the_permuted_order(train_questions, index, tiny_lm):
     from cosearch_cli import ranker as ranking
     from cosearch_cli.metrics import passage_has_answer
-    from cosearch_cli.warmup import DemoStats, demo_ranking, informed, shuffled_positions
+    from cosearch_cli.warmup import demo_ranking, informed, shuffled_positions
 
     tokenizer = tiny_lm[1]
     config = RolloutConfig(max_turns=2, top_n=10, k=3)
-    kept, shuffled = DemoStats(), DemoStats()
-    evidence = build_demonstrations(train_questions, index=index, tokenizer=tokenizer, config=config,
-                                    require_evidence=False, ranker_demos="evidence", stats=kept)
-    mixed = build_demonstrations(train_questions, index=index, tokenizer=tokenizer, config=config,
-                                 require_evidence=False, ranker_demos="shuffled", stats=shuffled)
+    (evidence, kept), (mixed, shuffled) = _demo_sets(train_questions, index, tokenizer, config, "evidence",
+                                                     "shuffled")
     # the same calls are kept, and the agent demonstrations do not change
     assert [d.key for d in mixed] == [d.key for d in evidence] and shuffled.ranker == kept.ranker
     assert all(m.token_ids == e.token_ids for m, e in zip(mixed, evidence) if m.role == "agent")
@@ -370,3 +379,40 @@ def test_visible_evidence_keeps_the_demonstrations_whose_evidence_is_in_view(tra
     assert 0 < len(agents_seen) < len(agents_full) and visible.agent == len(agents_seen)
     assert all(observation_shows_answer(d) for d in agents_seen)
     assert not all(observation_shows_answer(d) for d in agents_full)  # anywhere: answers past the cut count
+
+
+def test_balanced_ranker_demos_keep_as_many_first_choices_of_the_retriever_as_others():
+    from cosearch_cli.warmup import Demo, DemoStats, balance_first_choices
+
+    def ranker(key, first):
+        return Demo(key, "ranker", [1, 2], [0, 1], first_choice=first)
+
+    demos = [Demo("q1/agent", "agent", [1], [1]), ranker("a", 0), ranker("b", 2), ranker("c", 0), ranker("d", 0),
+             ranker("e", 1), ranker("f", 0), Demo("q2/agent", "agent", [1], [1])]
+    stats = DemoStats(ranker=6)
+    kept = balance_first_choices(demos, stats)
+    # b and e choose another candidate: both stay, with two of the four that choose candidate 0, picked by sha1 of
+    # the key (sha1 order of a, c, d, f: see below); agent demonstrations stay; the list keeps its order
+    import hashlib
+
+    zeros = sorted("acdf", key=lambda k: hashlib.sha1(k.encode()).hexdigest())[:2]
+    assert [d.key for d in kept] == [k for k in ["q1/agent", "a", "b", "c", "d", "e", "f", "q2/agent"]
+                                     if k not in "acdf" or k in zeros]
+    assert sum(d.first_choice == 0 for d in kept) == 2 and (stats.ranker, stats.ranker_unbalanced_skipped) == (4, 2)
+    # fewer first choices of the retriever than others: all stay
+    few = [ranker("a", 0), ranker("b", 1), ranker("c", 2)]
+    assert balance_first_choices(few) == few
+
+
+def test_balanced_ranker_demos_from_the_index(train_questions, index, tiny_lm):
+    config = RolloutConfig(max_turns=2, top_n=10, k=3)
+    (every, _), (some, balanced) = _demo_sets(train_questions, index, tiny_lm[1], config, "evidence", "balanced")
+    others = [d.key for d in every if d.role == "ranker" and d.first_choice != 0]
+    firsts = [d.key for d in every if d.role == "ranker" and d.first_choice == 0]
+    assert others and len(firsts) > len(others), "the fixture's evidence calls mostly choose the retriever's first"
+    kept = [d for d in some if d.role == "ranker"]
+    assert {d.key for d in kept} >= set(others) and sum(d.first_choice == 0 for d in kept) == len(others)
+    assert balanced.ranker == 2 * len(others) and balanced.ranker_unbalanced_skipped == len(firsts) - len(others)
+    # the demonstrations themselves are the evidence ones, token for token
+    by_key = {d.key: d for d in every}
+    assert all(d.token_ids == by_key[d.key].token_ids for d in some)

@@ -43,11 +43,13 @@ def warmup(
         help="Agent tokens per turn: the gold answer is shortened to fit (default: --sizes').")] = None,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
     ranker: Annotated[bool, typer.Option(help="Also train on ranker demonstrations (same model).")] = True,
-    ranker_demos: Annotated[Literal["all", "evidence", "shuffled"], typer.Option(
+    ranker_demos: Annotated[Literal["all", "evidence", "shuffled", "balanced"], typer.Option(
         help="Ranker calls to train on: 'all', or only 'evidence' ones (some candidate bears a gold answer or "
              "title). Calls without evidence demonstrate the retriever's order, so a ranker warmed up on them "
              "learns to copy the retriever. 'shuffled': the evidence calls with their candidates listed in a "
-             "fixed random order, so position alone does not give the demonstrated choice.")] = "all",
+             "fixed random order, so position alone does not give the demonstrated choice. 'balanced': the "
+             "evidence calls in the retriever's order, as many choosing its first candidate as choosing another "
+             "(the surplus of the former left out).")] = "all",
     visible_evidence: Annotated[bool, typer.Option(
         "--visible-evidence", help="Count an answer as evidence only where the prompt shows it: ranker "
                                    "demonstrations judge each candidate by its first --ranker-passage-tokens "
