@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,6 +29,12 @@ from cosearch_cli.metrics import has_answer  # noqa: E402
 WHOLE = 0  # budget meaning "the whole passage"
 
 
+def answer_in_view(tokenizer, answers: list[str], texts: list[str], budget: int) -> list[bool]:
+    """Per candidate text: whether a gold answer lies within its first `budget` tokens (WHOLE: anywhere)."""
+    shown = texts if budget == WHOLE else truncate_to_tokens(tokenizer, texts, budget)
+    return [has_answer(t, answers) for t in shown]
+
+
 def visibility(calls: list[tuple[list[str], list[str]]], tokenizer, budgets: list[int]) -> dict:
     """`calls`: (answers, candidate texts in retriever order) of calls with an answer-bearing candidate.
     Per budget: calls where some candidate shows an answer within it, answer-bearing candidates that show it,
@@ -37,8 +44,7 @@ def visibility(calls: list[tuple[list[str], list[str]]], tokenizer, budgets: lis
     for answers, texts in calls:
         out["answer_candidates"] += sum(has_answer(t, answers) for t in texts)
         for b in budgets:
-            shown = texts if b == WHOLE else truncate_to_tokens(tokenizer, texts, b)
-            flags = [has_answer(t, answers) for t in shown]
+            flags = answer_in_view(tokenizer, answers, texts, b)
             seen[b]["calls"] += any(flags)
             seen[b]["candidates"] += sum(flags)
             seen[b]["first_candidate"] += flags[0]
@@ -50,19 +56,26 @@ def visibility(calls: list[tuple[list[str], list[str]]], tokenizer, budgets: lis
     return out
 
 
-def recorded_calls(path: str, docs) -> tuple[list, int]:
+@dataclass
+class RecordedCall:
+    """One ranker call of a recorded run, with its candidates' texts."""
+
+    id: str
+    answers: list[str]
+    texts: list[str]  # in the retriever's order
+    answer_bearing: bool  # some candidate holds a gold answer (the record's own flags)
+    ranker_passage_tokens: int | None  # what the rollout's ranker read
+
+
+def recorded_calls(path: str, docs) -> list[RecordedCall]:
+    """Every ranker call with candidates of a recorded run (rollouts.jsonl)."""
     from cosearch_cli.artifacts import Reader
     from cosearch_cli.evaluate import read_run
 
-    calls, total = [], 0
-    for record in read_run(Reader.open(path).rows()):
-        for call in record.ranker_calls:
-            if not call.candidate_ids:
-                continue
-            total += 1
-            if any(call.candidate_has_answer):
-                calls.append((record.answers, [p.text for p in docs.get(call.candidate_ids)]))
-    return calls, total
+    return [RecordedCall(call.id, record.answers, [p.text for p in docs.get(call.candidate_ids)],
+                         any(call.candidate_has_answer), record.sampling.get("ranker_passage_tokens"))
+            for record in read_run(Reader.open(str(path)).rows())
+            for call in record.ranker_calls if call.candidate_ids]
 
 
 def demonstration_calls(paths: list[str], index, top_n: int) -> tuple[list, int]:
@@ -123,8 +136,9 @@ def main() -> None:
     index = open_index(args.index)
     sets = {}
     if args.calls:
-        calls, total = recorded_calls(args.calls, index.docs)
-        sets["recorded"] = {"label": f"Recorded ranker calls ({args.calls})", "calls": total,
+        recorded = recorded_calls(args.calls, index.docs)
+        calls = [(c.answers, c.texts) for c in recorded if c.answer_bearing]
+        sets["recorded"] = {"label": f"Recorded ranker calls ({args.calls})", "calls": len(recorded),
                             **visibility(calls, tokenizer, args.budgets)}
     if args.questions:
         calls, total = demonstration_calls(args.questions, index, args.top_n)

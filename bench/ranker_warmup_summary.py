@@ -82,21 +82,14 @@ def hit1_by_visibility(per_call: pl.DataFrame, visible: dict[str, bool]) -> dict
 def in_view_calls(calls_path: Path, index_folder: str, tokens: int | None) -> dict[str, bool]:
     """Per ranker call of a recorded run: whether some candidate shows a gold answer in its first `tokens`
     (None: the tokens the rollout's ranker read)."""
-    from cosearch_cli.agent import truncate_to_tokens
-    from cosearch_cli.artifacts import Reader
-    from cosearch_cli.evaluate import read_run
+    from evidence_in_view import answer_in_view, recorded_calls
+
     from cosearch_cli.index import open_index
-    from cosearch_cli.metrics import has_answer
     from cosearch_cli.models import load_tokenizer
 
     tokenizer, docs = load_tokenizer("smollm2"), open_index(index_folder).docs
-    out = {}
-    for record in read_run(Reader.open(str(calls_path)).rows()):
-        for call in (c for c in record.ranker_calls if c.candidate_ids):
-            budget = tokens or record.sampling["ranker_passage_tokens"]
-            texts = truncate_to_tokens(tokenizer, [p.text for p in docs.get(call.candidate_ids)], budget)
-            out[call.id] = any(has_answer(t, record.answers) for t in texts)
-    return out
+    return {call.id: any(answer_in_view(tokenizer, call.answers, call.texts, tokens or call.ranker_passage_tokens))
+            for call in recorded_calls(calls_path, docs)}
 
 
 def summary(evaluation: dict, per_call: pl.DataFrame, warmup_manifest: dict | None) -> dict:
