@@ -24,6 +24,9 @@ from cosearch_cli.formats import RANKING_CLOSE, RANKING_OPEN, REASON_CLOSE, REAS
 from cosearch_cli.records import Passage
 
 RANKERS = ("llm", "none", "oracle")
+# Which ranker calls a supervised warm-up demonstrates (`cosearch warmup --ranker-demos`, train's
+# `warmup_ranker_demos`); cosearch_cli/warmup.py says what each kind keeps.
+RANKER_DEMOS = ("all", "evidence", "shuffled", "balanced")
 
 RANKER_INSTRUCTION = (
     "You rank search results for a search agent. The agent is answering the question below and issued the "

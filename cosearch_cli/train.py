@@ -38,6 +38,7 @@ import orjson
 from cosearch_cli import advantages, grouping, rewards
 from cosearch_cli.artifacts import Reader, Writer, make_manifest, write_bytes_atomic, write_json_atomic
 from cosearch_cli.errors import ConfigError, NothingToDo
+from cosearch_cli.ranker import RANKER_DEMOS
 from cosearch_cli.records import Question, RolloutRecord, read_rollout
 from cosearch_cli.records import read_questions as _read_question_file
 
@@ -215,9 +216,9 @@ class TrainConfig:
                 self.warmup_token_budget < 1:
             problems.append(("warmup_questions/warmup_epochs/warmup_lr/warmup_token_budget",
                              "must be >= 0, >= 1, > 0 and >= 1"))
-        if self.warmup_ranker_demos not in ("all", "evidence", "shuffled", "balanced"):
+        if self.warmup_ranker_demos not in RANKER_DEMOS:
             problems.append(("warmup_ranker_demos",
-                             f"must be 'all', 'evidence', 'shuffled' or 'balanced', not {self.warmup_ranker_demos!r}"))
+                             f"must be one of {', '.join(RANKER_DEMOS)}, not {self.warmup_ranker_demos!r}"))
         if self.lr_warmup < 0 or self.max_grad_norm < 0 or self.max_draw < 0 or self.heldout_kl < 0:
             problems.append(("lr_warmup/max_grad_norm/max_draw/heldout_kl", "must be >= 0"))
         if self.norm_over not in ("batch", "trained"):

@@ -157,9 +157,6 @@ def _fit(tokenizer, text: str, max_tokens: int) -> str:
 # Demonstrations
 
 
-RANKER_DEMOS = ("all", "evidence", "shuffled", "balanced")
-
-
 def shuffled_positions(key: str, n: int) -> list[int]:
     """A fixed permutation of range(n) for one ranker call, seeded by the call's key (same key, same order)."""
     order = list(range(n))
@@ -193,8 +190,8 @@ def build_demonstrations(questions: Iterable[Question], *, index, tokenizer, con
     agent demonstration needs the answer in its observations' first `config.passage_tokens` tokens. Otherwise a
     demonstration may choose a passage for an answer that lies beyond the cut, which no model can learn to see.
     """
-    if ranker_demos not in RANKER_DEMOS:
-        raise ValueError(f"ranker_demos must be one of {', '.join(RANKER_DEMOS)}, not {ranker_demos!r}")
+    if ranker_demos not in ranking.RANKER_DEMOS:
+        raise ValueError(f"ranker_demos must be one of {', '.join(ranking.RANKER_DEMOS)}, not {ranker_demos!r}")
     stats = stats if stats is not None else DemoStats()
     retriever = index.retriever(config.retriever)
     demos: list[Demo] = []

@@ -15,6 +15,7 @@ from cosearch_cli.cli import app
 from cosearch_cli.cli.common import (Device, OldSizes, Overwrite, Quiet, Seed, Threads, progress, refuse_existing,
                                      stderr, use_threads)
 from cosearch_cli.errors import ConfigError, NothingToDo
+from cosearch_cli.ranker import RANKER_DEMOS
 
 
 @app.command("warmup")
@@ -43,7 +44,7 @@ def warmup(
         help="Agent tokens per turn: the gold answer is shortened to fit (default: --sizes').")] = None,
     retriever: Annotated[str | None, typer.Option(help="bm25 or dense (default: the index's first).")] = None,
     ranker: Annotated[bool, typer.Option(help="Also train on ranker demonstrations (same model).")] = True,
-    ranker_demos: Annotated[Literal["all", "evidence", "shuffled", "balanced"], typer.Option(
+    ranker_demos: Annotated[Literal[RANKER_DEMOS], typer.Option(
         help="Ranker calls to train on: 'all', or only 'evidence' ones (some candidate bears a gold answer or "
              "title). Calls without evidence demonstrate the retriever's order, so a ranker warmed up on them "
              "learns to copy the retriever. 'shuffled': the evidence calls with their candidates listed in a "
