@@ -136,6 +136,18 @@ learning-study7:
     .venv/bin/python bench/learning_evidence.py --runs runs/s4-cosearch runs/s6-cosearch runs/s7-cosearch --untrained smollm2 --shipped-eval runs/study3/eval-shipped --png bench/results/learning_study7.png --json bench/results/learning_study7.json --title "cosearch preset: study 4 (4 groups/update, 8 it.), study 6 (20 it.), study 7 (16 groups/update, 4 it.)"
     .venv/bin/python bench/title_copy.py runs/s4-cosearch runs/s6-cosearch runs/s7-cosearch --eval start=runs/s4-cosearch/eval-init/rollouts.jsonl --eval s4-cosearch-end=runs/s4-cosearch/iter-0007/eval/rollouts.jsonl --eval s6-cosearch-end=runs/s6-cosearch/iter-0019/eval/rollouts.jsonl --eval s7-cosearch-end=runs/s7-cosearch/iter-0003/eval/rollouts.jsonl --out bench/results/title_copy_study7.md
 
+# Study 8 (issue 14): cosearch from study 3's warm-up on training questions whose answer the agent is shown
+# (bench/answerable_pool.py), rollouts at temperature 0.7 (bench/learning_study8.toml), after `just
+# learning-evidence` (its s4-cosearch/eval-init is the same start's held-out evaluation). Results:
+# bench/results/learning_study8.md.
+learning-study8:
+    .venv/bin/python bench/answerable_pool.py --exclude runs/study3/heldout.jsonl --exclude runs/study3/warmup.jsonl --index indexes/dev-bm25 --per-dataset 120 --out runs/study8/train.jsonl
+    mkdir -p runs/s8-cosearch && (test -d runs/s8-cosearch/eval-init || cp -r runs/s4-cosearch/eval-init runs/s8-cosearch/)
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study8.toml --name s8-cosearch
+    .venv/bin/python bench/gain_by_visibility.py --start runs/s8-cosearch/eval-init/rollouts.jsonl --end runs/s8-cosearch/iter-0005/eval/rollouts.jsonl --index indexes/dev-bm25 --json runs/s8-cosearch/visibility.json
+    .venv/bin/python bench/learning_evidence.py --runs runs/s8-cosearch --png bench/results/learning_study8.png --json bench/results/learning_study8.json --extra gain_by_visibility=runs/s8-cosearch/visibility.json --extra training_questions=runs/study8/train.manifest.json --title "cosearch preset, study 8: answerable training questions, temperature 0.7"
+    .venv/bin/python bench/title_copy.py runs/s8-cosearch --eval start=runs/s8-cosearch/eval-init/rollouts.jsonl --eval s8-cosearch-end=runs/s8-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study8.md
+
 # A ranker warm-up on more demonstrations (issue 14's ranker lever), judged on the 210 held-out ranker calls.
 # `just ranker-warmup` (100 more questions per dataset, 4x study 3's demonstrations) writes ranker_warmup.json;
 # `just ranker-warmup 300 runs/rw3-split ranker_warmup_10x runs/study7-split/warmup-ranker` (10x, compared with the

@@ -30,13 +30,24 @@ def load(run: Path) -> list[dict]:
     return rows
 
 
-PER_ITERATION = COLUMNS + ("agent_kl_heldout", "ranker_kl_heldout")
+PER_ITERATION = COLUMNS + ("questions_drawn", "agent_lr", "agent_kl_heldout", "ranker_kl_heldout")
 
 
 def per_iteration(rows: list[dict]) -> list[dict]:
     """The training iterations' figures (the table's columns and the held-out KL of each update), for the json."""
     return [{c: r.get(c) for c in PER_ITERATION if r.get(c) is not None}
             for r in sorted(rows, key=lambda r: r["iteration"]) if r["iteration"] >= 0]
+
+
+def embed(out: dict, extras: list[str]) -> dict:
+    """`out` with each NAME=FILE of `extras` added under NAME: that JSON file's content (another script's
+    figures, a manifest's counts), so one results file holds every figure its Markdown states."""
+    for item in extras:
+        name, _, path = item.partition("=")
+        if not name or not path:
+            raise SystemExit(f"--extra {item!r}: write NAME=FILE")
+        out[name] = orjson.loads(Path(path).read_bytes())
+    return out
 
 
 def run_totals(per_iter: list[dict]) -> dict:
@@ -176,6 +187,8 @@ def main() -> None:
     ap.add_argument("--shipped-eval", help="folder for the greedy held-out evaluation of the --untrained model as "
                                            "agent and ranker (the first LLM-ranker run's settings; reused when "
                                            "present): each run's end is compared with it")
+    ap.add_argument("--extra", action="append", default=[], metavar="NAME=FILE",
+                    help="with --json: also store this JSON file's content under NAME (repeatable)")
     ap.add_argument("--title", default="search-r1 vs fixed-ranker vs cosearch (SmolLM2-135M, equal budget)")
     args = ap.parse_args()
     runs = {Path(r).name: load(Path(r)) for r in args.runs}
@@ -199,6 +212,7 @@ def main() -> None:
         out["pairwise_agent_f1"] = pairwise([Path(r) for r in args.runs])
         out["per_iteration"] = {name: per_iteration(rows) for name, rows in runs.items()}
         out["totals"] = {name: run_totals(rows) for name, rows in out["per_iteration"].items()}
+        embed(out, args.extra)
         Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
         print(summary(out["presets"]))
         for pair in out["pairwise_agent_f1"]:

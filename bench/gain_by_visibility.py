@@ -1,0 +1,73 @@
+"""A held-out F1 change split by whether the starting agent was shown a gold answer (issue 14, study 8).
+
+    .venv/bin/python bench/gain_by_visibility.py --start runs/s8-cosearch/eval-init/rollouts.jsonl \
+        --end runs/s8-cosearch/iter-0005/eval/rollouts.jsonl --index indexes/dev-bm25 [--passage-tokens 48] \
+        [--json out.json]
+
+Study 8 trains on questions whose answer the agent is shown; this asks where on the held-out questions its
+change lands. A held-out question counts as "shown" when a gold answer (DPR-style has_answer) lies within the
+first `--passage-tokens` tokens of a passage its starting agent was shown (the greedy evaluation before
+training: the split depends on the start only, never on the trained model). Per subset: questions, F1 at the
+start and at the end, and the paired bootstrap 95% CI of the change (cosearch_cli/gains.py: questions
+resampled within each dataset, averaged over datasets). Post-hoc: it reads an evaluation already made, and
+selects nothing that was trained or tuned on. No model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cosearch_cli.agent import truncate_to_tokens  # noqa: E402
+from cosearch_cli.metrics import has_answer  # noqa: E402
+
+
+def shown_ids(records, docs, tokenizer, passage_tokens: int) -> set[str]:
+    """Question ids whose (first) trajectory was shown a gold answer within `passage_tokens` of a passage."""
+    out = set()
+    for record in records:
+        ids = [i for turn in record.trajectories[0].turns for i in (turn.observation_ids or [])]
+        texts = truncate_to_tokens(tokenizer, [p.text for p in docs.get(ids)], passage_tokens) if ids else []
+        if any(has_answer(t, record.answers) for t in texts):
+            out.add(record.question_id)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--start", required=True, help="held-out evaluation before training (rollouts.jsonl)")
+    parser.add_argument("--end", required=True, help="the same questions' evaluation after training")
+    parser.add_argument("--index", required=True, help="the index the evaluations searched")
+    parser.add_argument("--passage-tokens", type=int, default=48, help="tokens of a passage the agent reads")
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+
+    from cosearch_cli.gains import compare_runs
+    from cosearch_cli.index.build import open_index
+    from cosearch_cli.models import load_tokenizer
+    from cosearch_cli.train import read_records
+
+    start, end = read_records(Path(args.start)), read_records(Path(args.end))
+    shown = shown_ids(start, open_index(args.index).docs, load_tokenizer("smollm2"), args.passage_tokens)
+    figures = {"command": "python bench/gain_by_visibility.py " + " ".join(sys.argv[1:]), "subsets": {}}
+    for name, keep in (("all", lambda q: True), ("answer shown", lambda q: q in shown),
+                       ("answer not shown", lambda q: q not in shown)):
+        a = [r for r in start if keep(r.question_id)]
+        b = [r for r in end if keep(r.question_id)]
+        f = compare_runs(a, b)
+        figures["subsets"][name] = {k: f[k] for k in ("questions", "agent_f1_before", "agent_f1_after",
+                                                      "agent_f1_gain", "agent_f1_gain_ci")}
+    for name, f in figures["subsets"].items():
+        low, high = f["agent_f1_gain_ci"]
+        print(f"{name}: {f['questions']} questions, F1 {f['agent_f1_before']:.3f} -> {f['agent_f1_after']:.3f}, "
+              f"{f['agent_f1_gain']:+.3f} [{low:+.3f}, {high:+.3f}]")
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(figures, option=orjson.OPT_INDENT_2))
+
+
+if __name__ == "__main__":
+    main()
