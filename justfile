@@ -148,6 +148,11 @@ learning-study8:
     .venv/bin/python bench/learning_evidence.py --runs runs/s8-cosearch --png bench/results/learning_study8.png --json bench/results/learning_study8.json --extra gain_by_visibility=runs/s8-cosearch/visibility.json --extra training_questions=runs/study8/train.manifest.json --title "cosearch preset, study 8: answerable training questions, temperature 0.7"
     .venv/bin/python bench/title_copy.py runs/s8-cosearch --eval start=runs/s8-cosearch/eval-init/rollouts.jsonl --eval s8-cosearch-end=runs/s8-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study8.md
 
+# How often a ranker could show the agent an answer the retriever's top K miss, per retriever depth N (issue 14,
+# target b): bench/results/ranker_room.md (no model; under a minute).
+ranker-room:
+    .venv/bin/python bench/ranker_room.py --exclude runs/study3/heldout.jsonl --exclude runs/study3/warmup.jsonl --index indexes/dev-bm25 --per-dataset 400 --k 3 --depths 5 10 20 50 --out bench/results/ranker_room.md
+
 # A ranker warm-up on more demonstrations (issue 14's ranker lever), judged on the 210 held-out ranker calls.
 # `just ranker-warmup` (100 more questions per dataset, 4x study 3's demonstrations) writes ranker_warmup.json;
 # `just ranker-warmup 300 runs/rw3-split ranker_warmup_10x runs/study7-split/warmup-ranker` (10x, compared with the

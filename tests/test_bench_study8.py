@@ -1,5 +1,6 @@
 """Study 8's helpers: bench/gain_by_visibility.py's split of held-out questions by what the starting agent was
-shown, and bench/learning_evidence.py's embedding of other figures into its results JSON."""
+shown, bench/learning_evidence.py's embedding of other figures into its results JSON, and bench/ranker_room.py's
+count of what a ranker could add to the retriever's top K."""
 
 import sys
 from types import SimpleNamespace as NS
@@ -12,6 +13,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "bench"))
 from gain_by_visibility import shown_ids  # noqa: E402
 from learning_evidence import embed  # noqa: E402
+from ranker_room import room  # noqa: E402
 from test_answerable_pool import WordTokenizer  # noqa: E402
 
 
@@ -46,3 +48,13 @@ def test_embed_adds_each_files_content_under_its_name(tmp_path):
     assert out == {"presets": [], "gain_by_visibility": {"subsets": {"all": 1}}}
     with pytest.raises(SystemExit, match="NAME=FILE"):
         embed({}, [str(extra)])
+
+
+def test_room_reads_the_answer_flags_at_each_depth():
+    flags = [False, False, False, False, True, False, True]  # answers at ranks 5 and 7
+    assert room(flags, 3, 3) == {"in_top_k": False, "only_beyond_k": False, "not_first": False}
+    assert room(flags, 3, 5) == {"in_top_k": False, "only_beyond_k": True, "not_first": True}
+    assert room([False, True, False, True], 3, 4) == {"in_top_k": True, "only_beyond_k": False,
+                                                      "not_first": True}
+    assert room([True, False], 3, 5) == {"in_top_k": True, "only_beyond_k": False, "not_first": False}
+    assert room([], 3, 5) == {"in_top_k": False, "only_beyond_k": False, "not_first": False}
