@@ -30,13 +30,12 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from evidence_in_view import answer_in_view  # noqa: E402
 from learning_split import DATA, read_file, row  # noqa: E402
 from title_filter import answer_is_title  # noqa: E402
 
-from cosearch_cli.agent import truncate_to_tokens  # noqa: E402
 from cosearch_cli.artifacts import Writer, file_sha256, make_manifest  # noqa: E402
-from cosearch_cli.metrics import has_answer  # noqa: E402
-from cosearch_cli.records import read_questions  # noqa: E402
+from cosearch_cli.records import Question, read_questions  # noqa: E402
 from cosearch_cli.splits import QuestionKeys, sha1_order  # noqa: E402
 
 
@@ -44,8 +43,17 @@ def answerable(answers: list[str], texts: list[str], titles: list[str], *, k: in
                passage_tokens: int) -> bool:
     """A gold answer shows within the first `passage_tokens` of one of the first `k` texts, and no gold answer
     is one of the `titles`."""
-    shown = truncate_to_tokens(tokenizer, texts[:k], passage_tokens)
-    return any(has_answer(t, answers) for t in shown) and not answer_is_title(answers, titles)
+    return any(answer_in_view(tokenizer, answers, texts[:k], passage_tokens)) and not answer_is_title(answers, titles)
+
+
+def excluded_keys(paths: list[str]) -> QuestionKeys:
+    """The questions of `paths` (question JSONL files), to tell a question of theirs by id or normalised text."""
+    return QuestionKeys(read_questions(paths)[0] if paths else [])
+
+
+def unseen(path: Path, seen: QuestionKeys) -> list[Question]:
+    """A dev file's questions in sha1-of-id order, without those `seen` holds."""
+    return [q for q in sha1_order(read_file(path)) if not seen.matches(q)]
 
 
 def shown(path: Path) -> str:
@@ -68,15 +76,14 @@ def main() -> None:
     from cosearch_cli.index.build import open_index
     from cosearch_cli.models import load_tokenizer
 
-    excluded, _ = read_questions(args.exclude) if args.exclude else ([], None)
-    seen = QuestionKeys(excluded)
+    seen = excluded_keys(args.exclude)
     tokenizer = load_tokenizer("smollm2")
     index = open_index(args.index)
     retriever = index.retriever()
     dev_files = sorted((args.data / "dev").glob("*.jsonl"))
     kept, counts = [], {}
     for path in dev_files:
-        candidates = [q for q in sha1_order(read_file(path)) if not seen.matches(q)]
+        candidates = unseen(path, seen)
         mine, looked = [], 0
         for start in range(0, len(candidates), 64):
             if len(mine) >= args.per_dataset:

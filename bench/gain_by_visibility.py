@@ -22,8 +22,8 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cosearch_cli.agent import truncate_to_tokens  # noqa: E402
-from cosearch_cli.metrics import has_answer  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from evidence_in_view import answer_in_view  # noqa: E402
 
 
 def shown_ids(records, docs, tokenizer, passage_tokens: int) -> set[str]:
@@ -31,8 +31,8 @@ def shown_ids(records, docs, tokenizer, passage_tokens: int) -> set[str]:
     out = set()
     for record in records:
         ids = [i for turn in record.trajectories[0].turns for i in (turn.observation_ids or [])]
-        texts = truncate_to_tokens(tokenizer, [p.text for p in docs.get(ids)], passage_tokens) if ids else []
-        if any(has_answer(t, record.answers) for t in texts):
+        texts = [p.text for p in docs.get(ids)] if ids else []
+        if any(answer_in_view(tokenizer, record.answers, texts, passage_tokens)):
             out.add(record.question_id)
     return out
 

@@ -22,13 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from learning_split import DATA, read_file  # noqa: E402
+from answerable_pool import excluded_keys, unseen  # noqa: E402
+from evidence_in_view import answer_in_view  # noqa: E402
+from learning_split import DATA  # noqa: E402
 from results_io import load_average, write_results  # noqa: E402
-
-from cosearch_cli.agent import truncate_to_tokens  # noqa: E402
-from cosearch_cli.metrics import has_answer  # noqa: E402
-from cosearch_cli.records import read_questions  # noqa: E402
-from cosearch_cli.splits import QuestionKeys, sha1_order  # noqa: E402
 
 
 def room(flags: list[bool], k: int, depth: int) -> dict:
@@ -70,19 +67,17 @@ def main() -> None:
     from cosearch_cli.models import load_tokenizer
 
     before = load_average()
-    excluded, _ = read_questions(args.exclude) if args.exclude else ([], None)
-    seen = QuestionKeys(excluded)
+    seen = excluded_keys(args.exclude)
     tokenizer, index = load_tokenizer("smollm2"), open_index(args.index)
     retriever, deepest = index.retriever(), max(args.depths)
     questions = [q for path in sorted((args.data / "dev").glob("*.jsonl"))
-                 for q in [q for q in sha1_order(read_file(path)) if not seen.matches(q)][:args.per_dataset]]
+                 for q in unseen(path, seen)[:args.per_dataset]]
     totals = {n: {"n": n, "in_top_k": 0, "only_beyond_k": 0, "not_first": 0} for n in args.depths}
     for start in range(0, len(questions), 64):
         batch = questions[start:start + 64]
         for q, hits in zip(batch, retriever.search([q.question for q in batch], deepest)):
-            texts = truncate_to_tokens(tokenizer, [p.text for p in index.docs.get([h.id for h in hits])],
-                                       args.passage_tokens)
-            flags = [has_answer(t, [str(a) for a in q.answers]) for t in texts]
+            texts = [p.text for p in index.docs.get([h.id for h in hits])]
+            flags = answer_in_view(tokenizer, [str(a) for a in q.answers], texts, args.passage_tokens)
             for n in args.depths:
                 for key, value in room(flags, args.k, n).items():
                     totals[n][key] += value
