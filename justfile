@@ -148,6 +148,20 @@ learning-study8:
     .venv/bin/python bench/learning_evidence.py --runs runs/s8-cosearch --png bench/results/learning_study8.png --json bench/results/learning_study8.json --extra gain_by_visibility=runs/s8-cosearch/visibility.json --extra training_questions=runs/study8/train.manifest.json --title "cosearch preset, study 8: answerable training questions, temperature 0.7"
     .venv/bin/python bench/title_copy.py runs/s8-cosearch --eval start=runs/s8-cosearch/eval-init/rollouts.jsonl --eval s8-cosearch-end=runs/s8-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study8.md
 
+# Study 9 (issue 14, target b): study 8 with K = 1, so the ranker's r_rel is Hit@1 and the agent reads only the
+# ranker's first choice (bench/learning_study9.toml; ~1.6 h here). After `just learning-study8` (its training pool).
+learning-study9:
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study9.toml --name s9-cosearch
+    .venv/bin/python bench/gain_by_visibility.py --start runs/s9-cosearch/eval-init/rollouts.jsonl --end runs/s9-cosearch/iter-0005/eval/rollouts.jsonl --index indexes/dev-bm25 --json runs/s9-cosearch/visibility.json
+    .venv/bin/python bench/ranker_choices.py runs/s9-cosearch --json runs/s9-cosearch/ranker_choices.json
+    .venv/bin/python bench/learning_evidence.py --runs runs/s9-cosearch --png bench/results/learning_study9.png --json bench/results/learning_study9.json --extra gain_by_visibility=runs/s9-cosearch/visibility.json --extra training_questions=runs/study8/train.manifest.json --extra ranker_choices=runs/s9-cosearch/ranker_choices.json --title "cosearch preset, study 9: study 8 with K = 1"
+    .venv/bin/python bench/title_copy.py runs/s9-cosearch --eval start=runs/s9-cosearch/eval-init/rollouts.jsonl --eval s9-cosearch-end=runs/s9-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study9.md
+
+# Whether BM25's tie order since 9579ea2 changes the held-out agent's candidates (after `just learning-evidence`):
+# bench/results/bm25_tie_order.md (no model; seconds).
+bm25-tie-order:
+    .venv/bin/python bench/bm25_tie_order.py --calls runs/s4-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --out bench/results/bm25_tie_order.md
+
 # How often a ranker could show the agent an answer the retriever's top K miss, per retriever depth N (issue 14,
 # target b): bench/results/ranker_room.md (no model; under a minute).
 ranker-room:

@@ -58,3 +58,30 @@ def test_room_reads_the_answer_flags_at_each_depth():
                                                       "not_first": True}
     assert room([True, False], 3, 5) == {"in_top_k": True, "only_beyond_k": False, "not_first": False}
     assert room([], 3, 5) == {"in_top_k": False, "only_beyond_k": False, "not_first": False}
+
+
+def test_ranker_choices_count_moves_room_and_hits():
+    from ranker_choices import call_figures
+
+    calls = [
+        {"candidate_has_answer": [False, True, False], "permutation": [1, 0]},  # room, taken, moved
+        {"candidate_has_answer": [False, True, False], "permutation": [0, 1]},  # room, not taken
+        {"candidate_has_answer": [True, False, False], "permutation": [2, 0]},  # moved off the answer
+        {"candidate_has_answer": [True, True, False], "permutation": []},       # invalid: retriever's order
+        {"candidate_has_answer": [False, False, False], "permutation": [2]},    # no answer: moved, unscored
+    ]
+    assert call_figures(calls) == {"calls": 5, "first_not_retrievers": 3, "calls_with_room": 2, "room_taken": 1,
+                                   "scored_calls": 4, "hit1": 0.5, "retriever_hit1": 0.5,
+                                   "departures": {"took_room": 1, "answer_for_answer": 0, "left_answer": 1,
+                                                  "no_answer": 1}}
+    assert call_figures([])["hit1"] is None
+
+
+def test_bm25_tie_order_counts_order_and_set_differences():
+    from bm25_tie_order import compare
+
+    recorded = [["a", "b", "c"], ["d", "e"], ["f"]]
+    current = [["a", "b", "c"], ["e", "d"], ["f"]]
+    old = [["a", "c", "b"], ["e", "d"], ["g"]]
+    assert compare(recorded, current, old) == {"calls": 3, "old_vs_current_order": 2, "old_vs_current_set": 1,
+                                               "recorded_vs_current_order": 1}

@@ -1,0 +1,34 @@
+"""Every committed training config loads, and every `--config` a justfile recipe names exists and loads."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cosearch_cli.train import PRESETS, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "bench").glob("*.toml")) + sorted((ROOT / "examples").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_committed_config_loads_under_every_preset(path):
+    for preset in (None, *PRESETS):
+        config = load_config(path, preset=preset)
+        assert config.iterations >= 1
+
+
+def test_justfile_configs_exist():
+    named = re.findall(r"--config (\S+\.toml)", (ROOT / "justfile").read_text())
+    assert "bench/learning_study9.toml" in named
+    for name in named:
+        assert (ROOT / name).is_file(), name
+        load_config(ROOT / name)
+
+
+def test_study9_differs_from_study8_only_in_k():
+    s8 = load_config(ROOT / "bench/learning_study8.toml", preset="cosearch")
+    s9 = load_config(ROOT / "bench/learning_study9.toml", preset="cosearch")
+    changed = {k for k in vars(s8) if getattr(s8, k) != getattr(s9, k)}
+    assert changed == {"k"}
+    assert (s8.k, s9.k) == (3, 1)
