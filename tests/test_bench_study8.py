@@ -85,3 +85,30 @@ def test_bm25_tie_order_counts_order_and_set_differences():
     old = [["a", "c", "b"], ["e", "d"], ["g"]]
     assert compare(recorded, current, old) == {"calls": 3, "old_vs_current_order": 2, "old_vs_current_set": 1,
                                                "recorded_vs_current_order": 1}
+
+
+def test_departures_are_compared_with_a_ranker_blind_to_the_passages_with_the_same_positions():
+    from ranker_choices import departure_draws, departures_vs_chance, position_rates
+
+    calls = [
+        {"id": "q1/s0/t0", "candidate_has_answer": [False, True, False, False], "permutation": [1]},
+        {"id": "q1/s1/t0", "candidate_has_answer": [True, True, False, False], "permutation": [3]},
+        {"id": "q1/s2/t0", "candidate_has_answer": [True, True, False, False], "permutation": [0]},
+        {"id": "q2/s0/t0", "candidate_has_answer": [False, False, False, False], "permutation": [3]},
+        {"id": "q3/s5/t1", "candidate_has_answer": [False, False, True, True], "permutation": [2]},
+    ]
+    # 4 calls with an answer: position 1 bears one in 2, position 2 in 3, position 3 in 1, position 4 in 1
+    rates = position_rates(calls)
+    assert rates == {0: 0.5, 1: 0.75, 2: 0.25, 3: 0.25}
+    draws = departure_draws(calls)
+    assert draws == {"q1": [(1, 1), (0, 3)], "q3": [(1, 2)]}
+    test = departures_vs_chance(draws, rates, samples=200)
+    assert (test["departures"], test["to_answer"], test["questions"]) == (3, 2, 2)
+    # chosen 2 of 3; blind with the same positions (2, 4, 3): (0.75 + 0.25 + 0.25) / 3
+    assert test["rate"] == pytest.approx(2 / 3) and test["chance_rate"] == pytest.approx(1.25 / 3)
+    # resampled: q1 twice 0.5 - 0.5 = 0, q3 twice 1 - 0.25 = 0.75, one each 2/3 - 1.25/3
+    assert 0 - 1e-9 <= test["diff_ci"][0] <= test["diff_ci"][1] <= 0.75 + 1e-9
+    assert test["by_position"] == {"2": {"departures": 1, "to_answer": 1, "position_rate": 0.75},
+                                   "3": {"departures": 1, "to_answer": 1, "position_rate": 0.25},
+                                   "4": {"departures": 1, "to_answer": 0, "position_rate": 0.25}}
+    assert departures_vs_chance({}, rates)["rate"] is None
