@@ -157,6 +157,12 @@ learning-study9:
     .venv/bin/python bench/learning_evidence.py --runs runs/s9-cosearch --png bench/results/learning_study9.png --json bench/results/learning_study9.json --extra gain_by_visibility=runs/s9-cosearch/visibility.json --extra training_questions=runs/study8/train.manifest.json --extra ranker_choices=runs/s9-cosearch/ranker_choices.json --title "cosearch preset, study 9: study 8 with K = 1"
     .venv/bin/python bench/title_copy.py runs/s9-cosearch --eval start=runs/s9-cosearch/eval-init/rollouts.jsonl --eval s9-cosearch-end=runs/s9-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study9.md
 
+# Would METHOD.md's temperature 1.0, or reading 96 tokens a candidate, make the ranker sample informed departures
+# from the retriever's first? Samples study 9's start ranker on 48 of its training calls (~15 min here):
+# bench/results/ranker_exploration.json. After `just learning-study9`.
+ranker-exploration:
+    .venv/bin/python bench/ranker_exploration.py --run runs/s9-cosearch --ranker runs/study3/warmup --index indexes/dev-bm25 --calls 48 --samples 6 --json bench/results/ranker_exploration.json
+
 # Whether BM25's tie order since 9579ea2 changes the held-out agent's candidates (after `just learning-evidence`):
 # bench/results/bm25_tie_order.md (no model; seconds).
 bm25-tie-order:

@@ -112,3 +112,18 @@ def test_departures_are_compared_with_a_ranker_blind_to_the_passages_with_the_sa
                                    "3": {"departures": 1, "to_answer": 1, "position_rate": 0.25},
                                    "4": {"departures": 1, "to_answer": 0, "position_rate": 0.25}}
     assert departures_vs_chance({}, rates)["rate"] is None
+
+
+def test_exploration_probe_takes_each_scored_call_once():
+    from ranker_exploration import unique_scored
+
+    def call(query, ids, flags):
+        return NS(query=query, candidate_ids=ids, candidate_has_answer=flags)
+
+    pairs = [("r1", call("q", ["a", "b"], [False, True])),
+             ("r2", call("q", ["a", "b"], [False, True])),   # the same sub-query and candidates again
+             ("r3", call("q", ["b", "a"], [True, False])),   # other order: another call
+             ("r4", call("p", ["c", "d"], [False, False])),  # nothing to score
+             ("r5", call("s", ["e", "f"], [True, False]))]
+    assert [r for r, _ in unique_scored(pairs, 10)] == ["r1", "r3", "r5"]
+    assert [r for r, _ in unique_scored(pairs, 2)] == ["r1", "r3"]

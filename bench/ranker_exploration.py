@@ -1,0 +1,115 @@
+"""Would more exploration, or a longer view of each candidate, give the ranker's GRPO something to sharpen?
+(issue 14, target b, after study 9)
+
+    .venv/bin/python bench/ranker_exploration.py --run runs/s9-cosearch --ranker runs/study3/warmup \
+        --index indexes/dev-bm25 --calls 48 --samples 6 --json out.json
+
+Study 9 found the sampled ranker rarely leaves the retriever's first candidate (8% of calls) and, when it does,
+chooses an answer-bearing candidate no more often than its preference for positions explains. GRPO can only
+sharpen what is sampled, so this samples the starting ranker on training calls of that run (unique sub-query
+and candidates, with an answer-bearing candidate; training calls, never held-out ones) in three arms: the
+study's temperature 0.7 and 32 tokens a candidate, METHOD.md's temperature 1.0, and 1.0 reading 96 tokens. Per
+arm: the share of samples that leave the retriever's first, the share of calls with room (an answer-bearing
+candidate below a first without) where a sample takes it, and, over departures, how often the chosen candidate
+bears an answer against a ranker blind to the passages with the same preference for positions, with a bootstrap
+95% CI over calls (bench/ranker_choices.py's test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ranker_choices import departures_vs_chance, position_rates  # noqa: E402
+
+ARMS = (("T=0.7, 32 tokens", 0.7, 32), ("T=1.0, 32 tokens", 1.0, 32), ("T=1.0, 96 tokens", 1.0, 96))
+
+
+def unique_scored(pairs, limit: int):
+    """The first `limit` calls with an answer-bearing candidate, one per (sub-query, candidates)."""
+    seen, out = set(), []
+    for record, call in pairs:
+        key = (call.query, tuple(call.candidate_ids))
+        if any(call.candidate_has_answer) and key not in seen:
+            seen.add(key)
+            out.append((record, call))
+    return out[:limit]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", required=True, type=Path, help="a `cosearch train` run (its iter-*/rollouts.jsonl)")
+    parser.add_argument("--ranker", required=True, help="the ranker to sample (the run's start)")
+    parser.add_argument("--index", required=True)
+    parser.add_argument("--calls", type=int, default=48)
+    parser.add_argument("--samples", type=int, default=6)
+    parser.add_argument("--json", required=True, type=Path)
+    args = parser.parse_args()
+
+    from cosearch_cli.generation import load_backend
+    from cosearch_cli.index.build import open_index
+    from cosearch_cli.ranker_quality import fixed_calls
+    from cosearch_cli.records import Question
+    from cosearch_cli.rollout import RolloutStats, rank_llm, ranker_constraint_factory
+    from cosearch_cli.train import read_records
+
+    pairs = []
+    for path in sorted(args.run.glob("iter-*/rollouts.jsonl")):
+        by_seed: dict = {}  # dynamic sampling's draws of one iteration differ in their seed only
+        for record in read_records(path):
+            by_seed.setdefault(record.sampling.get("seed"), []).append(record)
+        for group in by_seed.values():
+            calls = fixed_calls(group)
+            pairs += calls.pairs
+    chosen = unique_scored(pairs, args.calls)
+    docs = open_index(args.index).docs
+    ids = list(dict.fromkeys(pid for _, call in chosen for pid in call.candidate_ids))
+    passages = dict(zip(ids, docs.get(ids)))
+    backend = load_backend(args.ranker, "hf", device="cpu")
+    figures = {"command": "python bench/ranker_exploration.py " + " ".join(sys.argv[1:]), "calls": len(chosen),
+               "samples_per_call": args.samples, "arms": []}
+    for name, temperature, tokens in ARMS:
+        outputs = []  # per call, one record per sample
+        for sample in range(args.samples):
+            config = replace(calls.config, greedy=False, temperature=temperature, ranker_passage_tokens=tokens,
+                             seed=1000 + sample, ranker_constraint=ranker_constraint_factory(backend))
+            for start in range(0, len(chosen), 16):
+                chunk = chosen[start:start + 16]
+                fresh = [replace(call, permutation=[], chosen_ids=[], valid=True, error=None, prompt_ids=[],
+                                 output_ids=[], logprobs=[], output_text="", id=f"{call.id}/x{sample}")
+                         for _, call in chunk]
+                questions = [Question(r.question_id, r.question, r.answers, r.dataset) for r, _ in chunk]
+                rank_llm(fresh, questions, passages, backend, config, RolloutStats())
+                outputs += [{"id": f"{r.question_id}/s{start + i}/x{sample}", "call": start + i,
+                             "candidate_has_answer": c.candidate_has_answer, "permutation": c.permutation}
+                            for i, ((r, _), c) in enumerate(zip(chunk, fresh))]
+            print(f"{name}: sample {sample + 1}/{args.samples} done", file=sys.stderr)
+        draws: dict = {}
+        for out in outputs:
+            first = out["permutation"][0] if out["permutation"] else 0
+            if first:
+                draws.setdefault(str(out["call"]), []).append((int(out["candidate_has_answer"][first]), first))
+        room_calls = {o["call"] for o in outputs if not o["candidate_has_answer"][0]}
+        taken = {o["call"] for o in outputs if o["call"] in room_calls and o["permutation"]
+                 and o["candidate_has_answer"][o["permutation"][0]]}
+        arm = {"arm": name, "temperature": temperature, "ranker_passage_tokens": tokens,
+               "samples": len(outputs),
+               "departure_share": sum(len(v) for v in draws.values()) / len(outputs),
+               "calls_with_room": len(room_calls), "room_taken_by_some_sample": len(taken),
+               "room_taken_share_of_samples": (sum(1 for o in outputs if o["call"] in room_calls and o["permutation"]
+                                                   and o["candidate_has_answer"][o["permutation"][0]])
+                                               / max(1, args.samples * len(room_calls))),
+               "departures_vs_blind": departures_vs_chance(draws, position_rates(outputs))}
+        figures["arms"].append(arm)
+        print(orjson.dumps(arm).decode(), file=sys.stderr)
+    args.json.write_bytes(orjson.dumps(figures, option=orjson.OPT_INDENT_2))
+
+
+if __name__ == "__main__":
+    main()
