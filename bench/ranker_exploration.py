@@ -12,7 +12,7 @@ study's temperature 0.7 and 32 tokens a candidate, METHOD.md's temperature 1.0, 
 arm: the share of samples that leave the retriever's first, the share of calls with room (an answer-bearing
 candidate below a first without) where a sample takes it, and, over departures, how often the chosen candidate
 bears an answer against a ranker blind to the passages with the same preference for positions, with a bootstrap
-95% CI over calls (bench/ranker_choices.py's test).
+95% CI over questions, a question's calls and samples together (bench/ranker_choices.py's test).
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def main() -> None:
     passages = dict(zip(ids, docs.get(ids)))
     backend = load_backend(args.ranker, "hf", device="cpu")
     figures = {"command": "python bench/ranker_exploration.py " + " ".join(sys.argv[1:]), "calls": len(chosen),
+               "questions": len({record.question_id for record, _ in chosen}),
                "samples_per_call": args.samples, "arms": []}
     for name, temperature, tokens in ARMS:
         outputs = []  # per call, one record per sample
@@ -87,6 +88,7 @@ def main() -> None:
                 questions = [Question(r.question_id, r.question, r.answers, r.dataset) for r, _ in chunk]
                 rank_llm(fresh, questions, passages, backend, config, RolloutStats())
                 outputs += [{"id": f"{r.question_id}/s{start + i}/x{sample}", "call": start + i,
+                             "question": r.question_id,
                              "candidate_has_answer": c.candidate_has_answer, "permutation": c.permutation}
                             for i, ((r, _), c) in enumerate(zip(chunk, fresh))]
             print(f"{name}: sample {sample + 1}/{args.samples} done", file=sys.stderr)
@@ -94,7 +96,7 @@ def main() -> None:
         for out in outputs:
             first = out["permutation"][0] if out["permutation"] else 0
             if first:
-                draws.setdefault(str(out["call"]), []).append((int(out["candidate_has_answer"][first]), first))
+                draws.setdefault(out["question"], []).append((int(out["candidate_has_answer"][first]), first))
         room_calls = {o["call"] for o in outputs if not o["candidate_has_answer"][0]}
         taken = {o["call"] for o in outputs if o["call"] in room_calls and o["permutation"]
                  and o["candidate_has_answer"][o["permutation"][0]]}
