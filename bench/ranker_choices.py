@@ -24,14 +24,18 @@ from pathlib import Path
 import orjson
 
 
+def first_choice(call: dict) -> int:
+    """The position the ranker put first; an invalid output (no permutation) falls back to the retriever's."""
+    return call["permutation"][0] if call["permutation"] else 0
+
+
 def call_figures(calls: list[dict]) -> dict:
     """Counts over ranker calls, each with `permutation` (chosen candidate positions, best first; empty when the
     output was invalid) and `candidate_has_answer` (one flag per candidate, in the retriever's order)."""
     moved = room = room_found = scored = hits = retriever_hits = 0
     departures = {"took_room": 0, "answer_for_answer": 0, "left_answer": 0, "no_answer": 0}
     for call in calls:
-        flags, order = call["candidate_has_answer"], call["permutation"]
-        first = order[0] if order else 0  # an invalid output falls back to the retriever's order
+        flags, first = call["candidate_has_answer"], first_choice(call)
         moved += first != 0
         if first != 0:
             kind = (("answer_for_answer" if flags[first] else "left_answer") if flags[0]
@@ -63,8 +67,7 @@ def departure_draws(calls: list[dict]) -> dict[str, list[tuple[int, int]]]:
     before its "/s<sample>" (`<question>/s<sample>/t<turn>`)."""
     draws: dict[str, list[tuple[int, int]]] = {}
     for call in calls:
-        flags, order = call["candidate_has_answer"], call["permutation"]
-        first = order[0] if order else 0
+        flags, first = call["candidate_has_answer"], first_choice(call)
         if first != 0 and any(flags):
             draws.setdefault(call["id"].rsplit("/s", 1)[0], []).append((int(flags[first]), first))
     return draws
@@ -112,16 +115,13 @@ def read_calls(run: Path) -> list[tuple[int, list[dict]]]:
     return out
 
 
-def run_figures(run: Path) -> list[dict]:
-    return [{"iteration": iteration, **call_figures(calls)} for iteration, calls in read_calls(run)]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", type=Path, help="a `cosearch train` run folder")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    rows = run_figures(args.run)
+    iterations = read_calls(args.run)
+    rows = [{"iteration": iteration, **call_figures(calls)} for iteration, calls in iterations]
     if not rows:
         sys.exit(f"{args.run}: no iter-*/rollouts.jsonl here; pass a `cosearch train` run folder")
     print("| iteration | ranker calls | first choice not the retriever's | calls with room | room taken | Hit@1 | "
@@ -133,7 +133,7 @@ def main() -> None:
               f"{r['room_taken']} | {hit1} | {ret} |")
     draws: dict = {}
     every_call = []
-    for iteration, calls in read_calls(args.run):
+    for iteration, calls in iterations:
         every_call += calls
         for key, pairs in departure_draws(calls).items():
             draws.setdefault(f"{iteration}:{key}", []).extend(pairs)

@@ -26,7 +26,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ranker_choices import departures_vs_chance, position_rates  # noqa: E402
+from ranker_choices import (call_figures, departure_draws, departures_vs_chance, first_choice,  # noqa: E402
+                            position_rates)
 
 ARMS = (("T=0.7, 32 tokens", 0.7, 32), ("T=1.0, 32 tokens", 1.0, 32), ("T=1.0, 96 tokens", 1.0, 96))
 
@@ -67,6 +68,7 @@ def main() -> None:
         for group in by_seed.values():
             calls = fixed_calls(group)
             pairs += calls.pairs
+            base = calls.config  # the rollout's ranker settings; sampling, view and seed are set per arm below
     chosen = unique_scored(pairs, args.calls)
     docs = open_index(args.index).docs
     ids = list(dict.fromkeys(pid for _, call in chosen for pid in call.candidate_ids))
@@ -78,7 +80,7 @@ def main() -> None:
     for name, temperature, tokens in ARMS:
         outputs = []  # per call, one record per sample
         for sample in range(args.samples):
-            config = replace(calls.config, greedy=False, temperature=temperature, ranker_passage_tokens=tokens,
+            config = replace(base, greedy=False, temperature=temperature, ranker_passage_tokens=tokens,
                              seed=1000 + sample, ranker_constraint=ranker_constraint_factory(backend))
             for start in range(0, len(chosen), 16):
                 chunk = chosen[start:start + 16]
@@ -88,26 +90,19 @@ def main() -> None:
                 questions = [Question(r.question_id, r.question, r.answers, r.dataset) for r, _ in chunk]
                 rank_llm(fresh, questions, passages, backend, config, RolloutStats())
                 outputs += [{"id": f"{r.question_id}/s{start + i}/x{sample}", "call": start + i,
-                             "question": r.question_id,
                              "candidate_has_answer": c.candidate_has_answer, "permutation": c.permutation}
                             for i, ((r, _), c) in enumerate(zip(chunk, fresh))]
             print(f"{name}: sample {sample + 1}/{args.samples} done", file=sys.stderr)
-        draws: dict = {}
-        for out in outputs:
-            first = out["permutation"][0] if out["permutation"] else 0
-            if first:
-                draws.setdefault(out["question"], []).append((int(out["candidate_has_answer"][first]), first))
-        room_calls = {o["call"] for o in outputs if not o["candidate_has_answer"][0]}
-        taken = {o["call"] for o in outputs if o["call"] in room_calls and o["permutation"]
-                 and o["candidate_has_answer"][o["permutation"][0]]}
+        counts = call_figures(outputs)  # every chosen call has an answer-bearing candidate
+        taken = {o["call"] for o in outputs if not o["candidate_has_answer"][0]
+                 and o["candidate_has_answer"][first_choice(o)]}
         arm = {"arm": name, "temperature": temperature, "ranker_passage_tokens": tokens,
                "samples": len(outputs),
-               "departure_share": sum(len(v) for v in draws.values()) / len(outputs),
-               "calls_with_room": len(room_calls), "room_taken_by_some_sample": len(taken),
-               "room_taken_share_of_samples": (sum(1 for o in outputs if o["call"] in room_calls and o["permutation"]
-                                                   and o["candidate_has_answer"][o["permutation"][0]])
-                                               / max(1, args.samples * len(room_calls))),
-               "departures_vs_blind": departures_vs_chance(draws, position_rates(outputs))}
+               "departure_share": counts["first_not_retrievers"] / len(outputs),
+               "calls_with_room": counts["calls_with_room"] // args.samples, "room_taken_by_some_sample": len(taken),
+               "room_taken_share_of_samples": counts["room_taken"] / max(1, counts["calls_with_room"]),
+               # draws keyed by question: an output's id is <question>/s<call>/x<sample>
+               "departures_vs_blind": departures_vs_chance(departure_draws(outputs), position_rates(outputs))}
         figures["arms"].append(arm)
         print(orjson.dumps(arm).decode(), file=sys.stderr)
     args.json.write_bytes(orjson.dumps(figures, option=orjson.OPT_INDENT_2))
