@@ -157,6 +157,16 @@ learning-study9:
     .venv/bin/python bench/learning_evidence.py --runs runs/s9-cosearch --png bench/results/learning_study9.png --json bench/results/learning_study9.json --extra gain_by_visibility=runs/s9-cosearch/visibility.json --extra training_questions=runs/study8/train.manifest.json --extra ranker_choices=runs/s9-cosearch/ranker_choices.json --title "cosearch preset, study 9: study 8 with K = 1"
     .venv/bin/python bench/title_copy.py runs/s9-cosearch --eval start=runs/s9-cosearch/eval-init/rollouts.jsonl --eval s9-cosearch-end=runs/s9-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study9.md
 
+# Learning evidence, study 10 (issue 14, target b): study 9 at METHOD.md's temperature 1.0 with the ranker reading
+# 96 tokens of each candidate (bench/learning_study10.toml; ~1.5 h here). After `just learning-study8` (its
+# training pool). Results: bench/results/learning_study10.md.
+learning-study10:
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study10.toml --name s10-cosearch
+    .venv/bin/python bench/gain_by_visibility.py --start runs/s10-cosearch/eval-init/rollouts.jsonl --end runs/s10-cosearch/iter-0005/eval/rollouts.jsonl --index indexes/dev-bm25 --json runs/s10-cosearch/visibility.json
+    .venv/bin/python bench/ranker_choices.py runs/s10-cosearch --json runs/s10-cosearch/ranker_choices.json
+    .venv/bin/python bench/learning_evidence.py --runs runs/s10-cosearch --png bench/results/learning_study10.png --json bench/results/learning_study10.json --extra gain_by_visibility=runs/s10-cosearch/visibility.json --extra training_questions=runs/study8/train.manifest.json --extra ranker_choices=runs/s10-cosearch/ranker_choices.json --title "cosearch preset, study 10: study 9 at temperature 1.0, ranker reading 96 tokens"
+    .venv/bin/python bench/title_copy.py runs/s10-cosearch --eval start=runs/s10-cosearch/eval-init/rollouts.jsonl --eval s10-cosearch-end=runs/s10-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study10.md
+
 # Would METHOD.md's temperature 1.0, or reading 96 tokens a candidate, make the ranker sample informed departures
 # from the retriever's first? Samples study 9's start ranker on 48 of its training calls (~15 min here):
 # bench/results/ranker_exploration.json. After `just learning-study9`.

@@ -125,7 +125,7 @@ def main() -> None:
     titles = corpus_titles(args.data)
     rows = {run.name: count(run, titles) for run in args.runs}
     lines = ["# Title copies and question repeats in the trajectories training reinforced "
-             "(issue 14: learning studies 3-7)", "",
+             "(issue 14 learning studies)", "",
              "Command: `.venv/bin/python bench/title_copy.py " + " ".join(str(r) for r in args.runs)
              + "".join(f" --eval {e}" for e in args.eval)
              + (f" --out {args.out}" if args.out else "") + "` (reads the runs' rollouts; no model, no timing).", "",

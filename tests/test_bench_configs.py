@@ -32,3 +32,12 @@ def test_study9_differs_from_study8_only_in_k():
     changed = {k for k in vars(s8) if getattr(s8, k) != getattr(s9, k)}
     assert changed == {"k"}
     assert (s8.k, s9.k) == (3, 1)
+
+
+def test_study10_differs_from_study9_only_in_temperature_and_ranker_reading():
+    s9 = load_config(ROOT / "bench/learning_study9.toml", preset="cosearch")
+    s10 = load_config(ROOT / "bench/learning_study10.toml", preset="cosearch")
+    changed = {k for k in vars(s9) if getattr(s9, k) != getattr(s10, k)}
+    assert changed == {"temperature", "ranker_passage_tokens"}
+    assert (s9.temperature, s10.temperature) == (0.7, 1.0)
+    assert (s9.ranker_passage_tokens, s10.ranker_passage_tokens) == (32, 96)
