@@ -55,9 +55,7 @@ def main() -> None:
 
     from cosearch_cli.generation import load_backend
     from cosearch_cli.index.build import open_index
-    from cosearch_cli.ranker_quality import fixed_calls
-    from cosearch_cli.records import Question
-    from cosearch_cli.rollout import RolloutStats, rank_llm, ranker_constraint_factory
+    from cosearch_cli.ranker_quality import FixedCalls, fixed_calls, rerank
     from cosearch_cli.train import read_records
 
     pairs = []
@@ -71,8 +69,6 @@ def main() -> None:
             base = calls.config  # the rollout's ranker settings; sampling, view and seed are set per arm below
     chosen = unique_scored(pairs, args.calls)
     docs = open_index(args.index).docs
-    ids = list(dict.fromkeys(pid for _, call in chosen for pid in call.candidate_ids))
-    passages = dict(zip(ids, docs.get(ids)))
     backend = load_backend(args.ranker, "hf", device="cpu")
     figures = {"command": "python bench/ranker_exploration.py " + " ".join(sys.argv[1:]), "calls": len(chosen),
                "questions": len({record.question_id for record, _ in chosen}),
@@ -81,17 +77,12 @@ def main() -> None:
         outputs = []  # per call, one record per sample
         for sample in range(args.samples):
             config = replace(base, greedy=False, temperature=temperature, ranker_passage_tokens=tokens,
-                             seed=1000 + sample, ranker_constraint=ranker_constraint_factory(backend))
-            for start in range(0, len(chosen), 16):
-                chunk = chosen[start:start + 16]
-                fresh = [replace(call, permutation=[], chosen_ids=[], valid=True, error=None, prompt_ids=[],
-                                 output_ids=[], logprobs=[], output_text="", id=f"{call.id}/x{sample}")
-                         for _, call in chunk]
-                questions = [Question(r.question_id, r.question, r.answers, r.dataset) for r, _ in chunk]
-                rank_llm(fresh, questions, passages, backend, config, RolloutStats())
-                outputs += [{"id": f"{r.question_id}/s{start + i}/x{sample}", "call": start + i,
-                             "candidate_has_answer": c.candidate_has_answer, "permutation": c.permutation}
-                            for i, ((r, _), c) in enumerate(zip(chunk, fresh))]
+                             seed=1000 + sample)
+            # rerank runs the rollout's prompt, constraint and parsing; sampled, since config.greedy is False
+            scores = rerank(FixedCalls(chosen, 0, config), backend, docs, constrained=True)
+            outputs += [{"id": f"{record.question_id}/s{i}/x{sample}", "call": i,
+                         "candidate_has_answer": call.candidate_has_answer, "permutation": score.permutation}
+                        for i, ((record, call), score) in enumerate(zip(chosen, scores))]
             print(f"{name}: sample {sample + 1}/{args.samples} done", file=sys.stderr)
         counts = call_figures(outputs)  # every chosen call has an answer-bearing candidate
         taken = {o["call"] for o in outputs if not o["candidate_has_answer"][0]

@@ -163,7 +163,8 @@ def check_passages(calls: FixedCalls, passages: dict) -> None:
 def rerank(calls: FixedCalls, backend, docs, *, constrained: bool, batch: int = 16,
            on_progress: Callable[[int], None] | None = None) -> list[CallScore]:
     """Run a ranker model on the fixed calls exactly as the rollout would (prompt, constraint, parsing),
-    greedy, and score its outputs. `docs` is an index's doc store (`.get(ids)`)."""
+    greedy unless `calls.config` says otherwise (fixed_calls makes it greedy), and score its outputs. `docs` is
+    an index's doc store (`.get(ids)`)."""
     unique = list(dict.fromkeys(pid for _, call in calls.pairs for pid in call.candidate_ids))
     passages = dict(zip(unique, docs.get(unique)))
     check_passages(calls, passages)
