@@ -167,6 +167,22 @@ learning-study10:
     .venv/bin/python bench/learning_evidence.py --runs runs/s10-cosearch --png bench/results/learning_study10.png --json bench/results/learning_study10.json --extra gain_by_visibility=runs/s10-cosearch/visibility.json --extra training_questions=runs/study8/train.manifest.json --extra ranker_choices=runs/s10-cosearch/ranker_choices.json --title "cosearch preset, study 10: study 9 at temperature 1.0, ranker reading 96 tokens"
     .venv/bin/python bench/title_copy.py runs/s10-cosearch --eval start=runs/s10-cosearch/eval-init/rollouts.jsonl --eval s10-cosearch-end=runs/s10-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study10.md
 
+# Learning evidence, study 11 (issue 14, target a): study 8's training judged on 630 held-out questions, which hold
+# study 8's 210 (bench/learning_study11.toml; ~2 h here, 40 min of it the two evaluations). After the first three
+# lines of `just learning-evidence` (index, study 3's split and warm-up). learning_split also writes a train.jsonl
+# that the study does not use: its training questions are answerable_pool's, drawn outside the 630. Study 8's pool
+# is (re)built only to count the questions the two pools share.
+# Results: bench/results/learning_study11.md.
+learning-study11:
+    .venv/bin/python bench/learning_split.py --heldout 630 --exclude runs/study3/warmup.jsonl --data ../shared/data --out runs/study11-split
+    .venv/bin/python bench/answerable_pool.py --exclude runs/study11-split/heldout.jsonl --exclude runs/study3/warmup.jsonl --index indexes/dev-bm25 --per-dataset 120 --out runs/study11/train.jsonl
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study11.toml --name s11-cosearch
+    .venv/bin/python bench/gain_by_visibility.py --start runs/s11-cosearch/eval-init/rollouts.jsonl --end runs/s11-cosearch/iter-0005/eval/rollouts.jsonl --index indexes/dev-bm25 --split "study 8's 210=runs/study3/heldout.jsonl" --json runs/s11-cosearch/visibility.json
+    test -f runs/study8/train.jsonl || .venv/bin/python bench/answerable_pool.py --exclude runs/study3/heldout.jsonl --exclude runs/study3/warmup.jsonl --index indexes/dev-bm25 --per-dataset 120 --out runs/study8/train.jsonl
+    .venv/bin/python bench/question_overlap.py runs/study11/train.jsonl runs/study8/train.jsonl runs/study11-split/heldout.jsonl runs/study3/heldout.jsonl --json runs/s11-cosearch/overlap.json
+    .venv/bin/python bench/learning_evidence.py --runs runs/s11-cosearch --png bench/results/learning_study11.png --json bench/results/learning_study11.json --extra gain_by_visibility=runs/s11-cosearch/visibility.json --extra training_questions=runs/study11/train.manifest.json --extra heldout_questions=runs/study11-split/heldout.manifest.json --extra question_overlap=runs/s11-cosearch/overlap.json --title "cosearch preset, study 11: study 8 judged on 630 held-out questions"
+    .venv/bin/python bench/title_copy.py runs/s11-cosearch --eval start=runs/s11-cosearch/eval-init/rollouts.jsonl --eval s11-cosearch-end=runs/s11-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study11.md
+
 # Would METHOD.md's temperature 1.0, or reading 96 tokens a candidate, make the ranker sample informed departures
 # from the retriever's first? Samples study 9's start ranker on 48 of its training calls (~15 min here):
 # bench/results/ranker_exploration.json. After `just learning-study9`.

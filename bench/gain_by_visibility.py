@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/gain_by_visibility.py --start runs/s8-cosearch/eval-init/rollouts.jsonl \
         --end runs/s8-cosearch/iter-0005/eval/rollouts.jsonl --index indexes/dev-bm25 [--passage-tokens 48] \
-        [--json out.json]
+        [--split NAME=QUESTIONS.jsonl] [--json out.json]
 
 Study 8 trains on questions whose answer the agent is shown; this asks where on the held-out questions its
 change lands. A held-out question counts as "shown" when a gold answer (DPR-style has_answer) lies within the
@@ -11,6 +11,10 @@ training: the split depends on the start only, never on the trained model). Per 
 start and at the end, and the paired bootstrap 95% CI of the change (cosearch_cli/gains.py: questions
 resampled within each dataset, averaged over datasets). Post-hoc: it reads an evaluation already made, and
 selects nothing that was trained or tuned on. No model is loaded.
+
+`--split NAME=FILE` (repeatable) adds two subsets fixed before the run: the held-out questions whose id is in the
+question JSONL FILE (NAME), and the others (`not NAME`); study 11 reports study 8's 210 questions within its 630
+this way.
 """
 
 from __future__ import annotations
@@ -37,12 +41,31 @@ def shown_ids(records, docs, tokenizer, passage_tokens: int) -> set[str]:
     return out
 
 
+def subsets(shown: set[str], splits: dict[str, set[str]]) -> dict:
+    """Name -> test on a question id: all, answer shown or not, and for each split its ids and the others."""
+    out = {"all": lambda q: True, "answer shown": lambda q: q in shown, "answer not shown": lambda q: q not in shown}
+    for name, ids in splits.items():
+        out[name] = lambda q, ids=ids: q in ids
+        out[f"not {name}"] = lambda q, ids=ids: q not in ids
+    return out
+
+
+def read_split(item: str) -> tuple[str, set[str]]:
+    """`NAME=FILE` -> NAME and the ids of FILE's questions."""
+    name, _, path = item.partition("=")
+    if not name or not path:
+        raise SystemExit(f"--split {item!r}: write NAME=QUESTIONS.jsonl")
+    return name, {orjson.loads(line)["id"] for line in Path(path).read_bytes().splitlines() if line.strip()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--start", required=True, help="held-out evaluation before training (rollouts.jsonl)")
     parser.add_argument("--end", required=True, help="the same questions' evaluation after training")
     parser.add_argument("--index", required=True, help="the index the evaluations searched")
     parser.add_argument("--passage-tokens", type=int, default=48, help="tokens of a passage the agent reads")
+    parser.add_argument("--split", action="append", default=[],
+                        help="NAME=QUESTIONS.jsonl: also report the questions in that file and the others")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
 
@@ -54,8 +77,7 @@ def main() -> None:
     start, end = read_records(Path(args.start)), read_records(Path(args.end))
     shown = shown_ids(start, open_index(args.index).docs, load_tokenizer("smollm2"), args.passage_tokens)
     figures = {"command": "python bench/gain_by_visibility.py " + " ".join(sys.argv[1:]), "subsets": {}}
-    for name, keep in (("all", lambda q: True), ("answer shown", lambda q: q in shown),
-                       ("answer not shown", lambda q: q not in shown)):
+    for name, keep in subsets(shown, dict(map(read_split, args.split))).items():
         a = [r for r in start if keep(r.question_id)]
         b = [r for r in end if keep(r.question_id)]
         f = compare_runs(a, b)

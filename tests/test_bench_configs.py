@@ -41,3 +41,12 @@ def test_study10_differs_from_study9_only_in_temperature_and_ranker_reading():
     assert changed == {"temperature", "ranker_passage_tokens"}
     assert (s9.temperature, s10.temperature) == (0.7, 1.0)
     assert (s9.ranker_passage_tokens, s10.ranker_passage_tokens) == (32, 96)
+
+
+def test_study11_differs_from_study8_only_in_its_question_files():
+    s8 = load_config(ROOT / "bench/learning_study8.toml", preset="cosearch")
+    s11 = load_config(ROOT / "bench/learning_study11.toml", preset="cosearch")
+    changed = {k for k in vars(s8) if getattr(s8, k) != getattr(s11, k)}
+    assert changed == {"questions", "dev_questions"}
+    assert (str(s11.questions), str(s11.dev_questions)) == ("runs/study11/train.jsonl",
+                                                             "runs/study11-split/heldout.jsonl")

@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
-from gain_by_visibility import shown_ids  # noqa: E402
+from gain_by_visibility import read_split, shown_ids, subsets  # noqa: E402
 from learning_evidence import embed  # noqa: E402
 from ranker_room import room  # noqa: E402
 from test_answerable_pool import WordTokenizer  # noqa: E402
@@ -39,6 +39,19 @@ def test_shown_ids_count_an_answer_only_within_the_budget_of_a_shown_passage():
                record("q5", ["yes"], ["early"])]             # not contained
     assert shown_ids(records, docs, WordTokenizer(), 4) == {"q1"}
     assert shown_ids(records, docs, WordTokenizer(), 6) == {"q1", "q2", "q3"}
+
+
+def test_subsets_split_the_questions_by_what_was_shown_and_by_each_file(tmp_path):
+    questions = tmp_path / "first.jsonl"
+    questions.write_bytes(b'{"id": "q1", "question": "a?"}\n\n{"id": "q3", "question": "c?"}\n')
+    name, ids = read_split(f"study 8's={questions}")
+    assert (name, ids) == ("study 8's", {"q1", "q3"})
+    tests = subsets({"q2", "q3"}, {name: ids})
+    members = {subset: [q for q in ("q1", "q2", "q3", "q4") if keep(q)] for subset, keep in tests.items()}
+    assert members == {"all": ["q1", "q2", "q3", "q4"], "answer shown": ["q2", "q3"],
+                       "answer not shown": ["q1", "q4"], "study 8's": ["q1", "q3"], "not study 8's": ["q2", "q4"]}
+    with pytest.raises(SystemExit, match="NAME=QUESTIONS"):
+        read_split(str(questions))
 
 
 def test_embed_adds_each_files_content_under_its_name(tmp_path):
@@ -127,3 +140,14 @@ def test_exploration_probe_takes_each_scored_call_once():
              ("r5", call("s", ["e", "f"], [True, False]))]
     assert [r for r, _ in unique_scored(pairs, 10)] == ["r1", "r3", "r5"]
     assert [r for r, _ in unique_scored(pairs, 2)] == ["r1", "r3"]
+
+
+def test_question_overlap_counts_each_file_and_each_pair_by_id(tmp_path):
+    from question_overlap import overlap, question_ids
+
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"id": "q1", "question": "x?"}\n\n{"id": "q2", "question": "y?"}\n')
+    assert question_ids(path) == {"q1", "q2"}
+    figures = overlap({"a": {"q1", "q2"}, "b": {"q2", "q3", "q4"}, "c": {"q5"}})
+    assert figures == {"questions": {"a": 2, "b": 3, "c": 1},
+                       "shared": {"a & b": 1, "a & c": 0, "b & c": 0}}
