@@ -168,10 +168,11 @@ learning-study10:
     .venv/bin/python bench/title_copy.py runs/s10-cosearch --eval start=runs/s10-cosearch/eval-init/rollouts.jsonl --eval s10-cosearch-end=runs/s10-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study10.md
 
 # Learning evidence, study 11 (issue 14, target a): study 8's training judged on 630 held-out questions, which hold
-# study 8's 210 (bench/learning_study11.toml; ~2 h here, 40 min of it the two evaluations). After the first three
-# lines of `just learning-evidence` (index, study 3's split and warm-up). learning_split also writes a train.jsonl
-# that the study does not use: its training questions are answerable_pool's, drawn outside the 630. Study 8's pool
-# is (re)built only to count the questions the two pools share.
+# study 8's 210 (bench/learning_study11.toml; ~1.8 h here: 33 min of it the two evaluations of 630, 15 min the
+# analysis). After the first three lines of `just learning-evidence` (index, study 3's split and warm-up).
+# learning_split also writes a train.jsonl that the study does not use: its training questions are
+# answerable_pool's, drawn outside the 630. Study 8's pool is (re)built only to count the questions the two pools
+# share.
 # Results: bench/results/learning_study11.md.
 learning-study11:
     .venv/bin/python bench/learning_split.py --heldout 630 --exclude runs/study3/warmup.jsonl --data ../shared/data --out runs/study11-split
