@@ -28,6 +28,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from evidence_in_view import answer_in_view  # noqa: E402
+from question_overlap import question_ids  # noqa: E402
 
 
 def shown_ids(records, docs, tokenizer, passage_tokens: int) -> set[str]:
@@ -55,7 +56,7 @@ def read_split(item: str) -> tuple[str, set[str]]:
     name, _, path = item.partition("=")
     if not name or not path:
         raise SystemExit(f"--split {item!r}: write NAME=QUESTIONS.jsonl")
-    return name, {orjson.loads(line)["id"] for line in Path(path).read_bytes().splitlines() if line.strip()}
+    return name, question_ids(Path(path))
 
 
 def main() -> None:

@@ -17,7 +17,10 @@ import orjson
 
 
 def question_ids(path: Path) -> set[str]:
-    return {orjson.loads(line)["id"] for line in path.read_bytes().splitlines() if line.strip()}
+    """The ids of a question JSONL file, read (and checked) as every stage reads questions."""
+    from cosearch_cli.train import read_questions
+
+    return {q.id for q in read_questions(path)}
 
 
 def overlap(files: dict[str, set[str]]) -> dict:
@@ -31,10 +34,10 @@ def main() -> None:
     parser.add_argument("files", nargs="+", type=Path, help="question JSONL files")
     parser.add_argument("--json", help="write the counts here")
     args = parser.parse_args()
-    figures = overlap({str(path): question_ids(path) for path in args.files})
-    print(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
+    text = orjson.dumps(overlap({str(path): question_ids(path) for path in args.files}), option=orjson.OPT_INDENT_2)
+    print(text.decode())
     if args.json:
-        Path(args.json).write_bytes(orjson.dumps(figures, option=orjson.OPT_INDENT_2))
+        Path(args.json).write_bytes(text)
 
 
 if __name__ == "__main__":

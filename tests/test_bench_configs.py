@@ -26,27 +26,27 @@ def test_justfile_configs_exist():
         load_config(ROOT / name)
 
 
+def differences(before: str, after: str):
+    """Two committed study configs (cosearch preset) and the settings in which they differ."""
+    a, b = (load_config(ROOT / "bench" / name, preset="cosearch") for name in (before, after))
+    return a, b, {k for k in vars(a) if getattr(a, k) != getattr(b, k)}
+
+
 def test_study9_differs_from_study8_only_in_k():
-    s8 = load_config(ROOT / "bench/learning_study8.toml", preset="cosearch")
-    s9 = load_config(ROOT / "bench/learning_study9.toml", preset="cosearch")
-    changed = {k for k in vars(s8) if getattr(s8, k) != getattr(s9, k)}
+    s8, s9, changed = differences("learning_study8.toml", "learning_study9.toml")
     assert changed == {"k"}
     assert (s8.k, s9.k) == (3, 1)
 
 
 def test_study10_differs_from_study9_only_in_temperature_and_ranker_reading():
-    s9 = load_config(ROOT / "bench/learning_study9.toml", preset="cosearch")
-    s10 = load_config(ROOT / "bench/learning_study10.toml", preset="cosearch")
-    changed = {k for k in vars(s9) if getattr(s9, k) != getattr(s10, k)}
+    s9, s10, changed = differences("learning_study9.toml", "learning_study10.toml")
     assert changed == {"temperature", "ranker_passage_tokens"}
     assert (s9.temperature, s10.temperature) == (0.7, 1.0)
     assert (s9.ranker_passage_tokens, s10.ranker_passage_tokens) == (32, 96)
 
 
 def test_study11_differs_from_study8_only_in_its_question_files():
-    s8 = load_config(ROOT / "bench/learning_study8.toml", preset="cosearch")
-    s11 = load_config(ROOT / "bench/learning_study11.toml", preset="cosearch")
-    changed = {k for k in vars(s8) if getattr(s8, k) != getattr(s11, k)}
+    _, s11, changed = differences("learning_study8.toml", "learning_study11.toml")
     assert changed == {"questions", "dev_questions"}
     assert (str(s11.questions), str(s11.dev_questions)) == ("runs/study11/train.jsonl",
                                                              "runs/study11-split/heldout.jsonl")

@@ -43,7 +43,8 @@ def test_shown_ids_count_an_answer_only_within_the_budget_of_a_shown_passage():
 
 def test_subsets_split_the_questions_by_what_was_shown_and_by_each_file(tmp_path):
     questions = tmp_path / "first.jsonl"
-    questions.write_bytes(b'{"id": "q1", "question": "a?"}\n\n{"id": "q3", "question": "c?"}\n')
+    questions.write_bytes(b'{"id": "q1", "question": "a?", "answers": ["a"]}\n\n'
+                          b'{"id": "q3", "question": "c?", "answers": ["c"]}\n')
     name, ids = read_split(f"study 8's={questions}")
     assert (name, ids) == ("study 8's", {"q1", "q3"})
     tests = subsets({"q2", "q3"}, {name: ids})
@@ -146,7 +147,8 @@ def test_question_overlap_counts_each_file_and_each_pair_by_id(tmp_path):
     from question_overlap import overlap, question_ids
 
     path = tmp_path / "a.jsonl"
-    path.write_bytes(b'{"id": "q1", "question": "x?"}\n\n{"id": "q2", "question": "y?"}\n')
+    path.write_bytes(b'{"id": "q1", "question": "x?", "answers": ["x"]}\n\n'
+                     b'{"id": "q2", "question": "y?", "answers": ["y"]}\n')
     assert question_ids(path) == {"q1", "q2"}
     figures = overlap({"a": {"q1", "q2"}, "b": {"q2", "q3", "q4"}, "c": {"q5"}})
     assert figures == {"questions": {"a": 2, "b": 3, "c": 1},
