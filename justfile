@@ -184,6 +184,37 @@ learning-study11:
     .venv/bin/python bench/learning_evidence.py --runs runs/s11-cosearch --png bench/results/learning_study11.png --json bench/results/learning_study11.json --extra gain_by_visibility=runs/s11-cosearch/visibility.json --extra training_questions=runs/study11/train.manifest.json --extra heldout_questions=runs/study11-split/heldout.manifest.json --extra question_overlap=runs/s11-cosearch/overlap.json --title "cosearch preset, study 11: study 8 judged on 630 held-out questions"
     .venv/bin/python bench/title_copy.py runs/s11-cosearch --eval start=runs/s11-cosearch/eval-init/rollouts.jsonl --eval s11-cosearch-end=runs/s11-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study11.md
 
+# The rollout options of study 11's evaluations (bench/learning_study11.toml); S11_START and S11_END: its models.
+S11_ROLLOUT := "--index indexes/dev-bm25 --ranker llm --sizes cpu --max-turns 1 --top-n 5 --k 3 --max-new-tokens 64 --ranker-max-new-tokens 64 --passage-tokens 48 --question-chunk 16 --constrain agent,ranker --seed 0"
+S11_START := "--agent runs/study3/warmup --ranker-model runs/study3/warmup"
+S11_END := "--agent runs/s11-cosearch/iter-0005/agent --ranker-model runs/s11-cosearch/iter-0005/ranker"
+
+# Does study 11's training move the policy it optimises, where greedy decoding showed no change? (1) The 630
+# held-out questions sampled at the training temperature (0.7), two samples a question from the start and from
+# the trained models, same seed (common random numbers), ~35 min a model here; (2) the same on the 112 questions
+# training drew (what it trained on: does it learn those?); (3) greedy on the 404 questions of the training pool
+# it never drew (unseen, but chosen by the rule that chose the training questions). Each pair is scored
+# question by question with a paired bootstrap. After `just learning-study11`; ~1.6 h here.
+# Results: bench/results/learning_study11_sampled.md.
+learning-study11-sampled:
+    mkdir -p runs/s11-sampled
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/study11-split/heldout.jsonl --temperature 0.7 --n 2 {{S11_START}} -o runs/s11-sampled/start.jsonl
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/study11-split/heldout.jsonl --temperature 0.7 --n 2 {{S11_END}} -o runs/s11-sampled/end.jsonl
+    .venv/bin/cosearch evaluate score runs/s11-sampled/start.jsonl runs/s11-sampled/end.jsonl --per-question runs/s11-sampled/per_question.parquet -o runs/s11-sampled/compare.json
+    .venv/bin/python bench/drawn_split.py --run runs/s11-cosearch --questions runs/study11/train.jsonl --out runs/s11-sampled
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/s11-sampled/drawn.jsonl --temperature 0.7 --n 2 {{S11_START}} -o runs/s11-sampled/drawn-start.jsonl
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/s11-sampled/drawn.jsonl --temperature 0.7 --n 2 {{S11_END}} -o runs/s11-sampled/drawn-end.jsonl
+    .venv/bin/cosearch evaluate score runs/s11-sampled/drawn-start.jsonl runs/s11-sampled/drawn-end.jsonl -o runs/s11-sampled/drawn-compare.json
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/s11-sampled/unseen.jsonl --greedy --n 1 {{S11_START}} -o runs/s11-sampled/unseen-start.jsonl
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/s11-sampled/unseen.jsonl --greedy --n 1 {{S11_END}} -o runs/s11-sampled/unseen-end.jsonl
+    .venv/bin/cosearch evaluate score runs/s11-sampled/unseen-start.jsonl runs/s11-sampled/unseen-end.jsonl -o runs/s11-sampled/unseen-compare.json
+    .venv/bin/python bench/greedy_agreement.py --start runs/s11-sampled/start.jsonl,runs/s11-cosearch/eval-init/rollouts.jsonl --end runs/s11-sampled/end.jsonl,runs/s11-cosearch/iter-0005/eval/rollouts.jsonl --json runs/s11-sampled/agreement.json
+    .venv/bin/python bench/gain_by_visibility.py --start runs/s11-sampled/start.jsonl --end runs/s11-sampled/end.jsonl --shown-from runs/s11-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --split "study 8's 210=runs/study3/heldout.jsonl" --json runs/s11-sampled/visibility.json
+    .venv/bin/cosearch evaluate score runs/s11-cosearch/eval-init/rollouts.jsonl runs/s11-cosearch/iter-0005/eval/rollouts.jsonl -o runs/s11-sampled/greedy-compare.json
+    .venv/bin/cosearch evaluate score runs/s11-sampled/start.jsonl runs/s11-sampled/end.jsonl --confidence 0.9833 -q -o runs/s11-sampled/compare-983.json
+    .venv/bin/cosearch evaluate score runs/s11-sampled/unseen-start.jsonl runs/s11-sampled/unseen-end.jsonl --confidence 0.9833 -q -o runs/s11-sampled/unseen-compare-983.json
+    .venv/bin/python bench/sampled_gains.py --pair "630 held-out=runs/s11-sampled/compare.json" --pair "630 held-out, greedy (study 11)=runs/s11-sampled/greedy-compare.json" --pair "112 drawn in training=runs/s11-sampled/drawn-compare.json" --pair "404 of the pool never drawn=runs/s11-sampled/unseen-compare.json" --pair "630 held-out (Bonferroni, 3 comparisons)=runs/s11-sampled/compare-983.json" --pair "404 of the pool never drawn (Bonferroni, 3 comparisons)=runs/s11-sampled/unseen-compare-983.json" --extra greedy_agreement=runs/s11-sampled/agreement.json --extra gain_by_visibility=runs/s11-sampled/visibility.json --json bench/results/learning_study11_sampled.json
+
 # Would METHOD.md's temperature 1.0, or reading 96 tokens a candidate, make the ranker sample informed departures
 # from the retriever's first? Samples study 9's start ranker on 48 of its training calls (~15 min here):
 # bench/results/ranker_exploration.json. After `just learning-study9`.

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/gain_by_visibility.py --start runs/s8-cosearch/eval-init/rollouts.jsonl \
         --end runs/s8-cosearch/iter-0005/eval/rollouts.jsonl --index indexes/dev-bm25 [--passage-tokens 48] \
-        [--split NAME=QUESTIONS.jsonl] [--json out.json]
+        [--split NAME=QUESTIONS.jsonl] [--shown-from ROLLOUTS.jsonl] [--json out.json]
 
 Study 8 trains on questions whose answer the agent is shown; this asks where on the held-out questions its
 change lands. A held-out question counts as "shown" when a gold answer (DPR-style has_answer) lies within the
@@ -15,6 +15,9 @@ selects nothing that was trained or tuned on. No model is loaded.
 `--split NAME=FILE` (repeatable) adds two subsets fixed before the run: the held-out questions whose id is in the
 question JSONL FILE (NAME), and the others (`not NAME`); study 11 reports study 8's 210 questions within its 630
 this way.
+
+`--shown-from` takes the split from another evaluation of the starting models (e.g. the greedy one, when
+`--start` and `--end` are sampled: study 11's sampled evaluation splits as its greedy one did).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def main() -> None:
     parser.add_argument("--passage-tokens", type=int, default=48, help="tokens of a passage the agent reads")
     parser.add_argument("--split", action="append", default=[],
                         help="NAME=QUESTIONS.jsonl: also report the questions in that file and the others")
+    parser.add_argument("--shown-from", help="evaluation of the start that decides 'shown' (default: --start)")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
 
@@ -76,7 +80,10 @@ def main() -> None:
     from cosearch_cli.train import read_records
 
     start, end = read_records(Path(args.start)), read_records(Path(args.end))
-    shown = shown_ids(start, open_index(args.index).docs, load_tokenizer("smollm2"), args.passage_tokens)
+    shown_from = read_records(Path(args.shown_from)) if args.shown_from else start
+    if {r.question_id for r in shown_from} != {r.question_id for r in start}:
+        raise SystemExit(f"{args.shown_from}: not the questions of {args.start}")
+    shown = shown_ids(shown_from, open_index(args.index).docs, load_tokenizer("smollm2"), args.passage_tokens)
     figures = {"command": "python bench/gain_by_visibility.py " + " ".join(sys.argv[1:]), "subsets": {}}
     for name, keep in subsets(shown, dict(map(read_split, args.split))).items():
         a = [r for r in start if keep(r.question_id)]

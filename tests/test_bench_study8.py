@@ -1,6 +1,6 @@
 """Study 8's helpers: bench/gain_by_visibility.py's split of held-out questions by what the starting agent was
 shown, bench/learning_evidence.py's embedding of other figures into its results JSON, and bench/ranker_room.py's
-count of what a ranker could add to the retriever's top K."""
+count of what a ranker could add to the retriever's top K; bench/drawn_split.py (study 11)."""
 
 import sys
 from types import SimpleNamespace as NS
@@ -153,3 +153,87 @@ def test_question_overlap_counts_each_file_and_each_pair_by_id(tmp_path):
     figures = overlap({"a": {"q1", "q2"}, "b": {"q2", "q3", "q4"}, "c": {"q5"}})
     assert figures == {"questions": {"a": 2, "b": 3, "c": 1},
                        "shared": {"a & b": 1, "a & c": 0, "b & c": 0}}
+
+
+def test_drawn_split_keeps_the_pools_lines_in_order_and_refuses_a_foreign_pool():
+    from drawn_split import split_pool
+
+    lines = [b'{"id": "q1", "question": "a?"}', b"", b'{"id": "q2", "question": "b?"}',
+             b'{"id": "q3", "question": "c?"}']
+    drawn, unseen = split_pool(lines, {"q3", "q1"}, "pool.jsonl")
+    assert drawn == [lines[0], lines[3]]
+    assert unseen == [lines[2]]
+    with pytest.raises(SystemExit, match=r"pool.jsonl: 1 questions the run drew are not in it \(e.g. q9\)"):
+        split_pool(lines, {"q1", "q9"}, "pool.jsonl")
+
+
+def test_drawn_ids_read_every_training_iteration_and_not_the_evaluations(tmp_path):
+    from drawn_split import drawn_ids
+
+    from cosearch_cli.artifacts import dumps
+    from cosearch_cli.records import RolloutRecord
+
+    def write(path, *qids):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"".join(dumps(RolloutRecord(q, "?", ["x"], "nq", [])) for q in qids))
+    write(tmp_path / "iter-0000" / "rollouts.jsonl", "q1", "q2")
+    write(tmp_path / "iter-0001" / "rollouts.jsonl", "q4")
+    write(tmp_path / "eval-init" / "rollouts.jsonl", "h1")
+    write(tmp_path / "iter-0001" / "eval" / "rollouts.jsonl", "h1")
+    assert drawn_ids(tmp_path) == {"q1", "q2", "q4"}
+    with pytest.raises(SystemExit, match="no iter-"):
+        drawn_ids(tmp_path / "iter-0000")
+
+
+def comparison(settings_a, settings_b):
+    def side(settings, hit):
+        return {"variant": {"rollout_settings": [settings]},
+                "groups": [{"dataset": "average", "searches": 1.0, "hit@1": hit, "answer_in_candidates": 0.5}]}
+    row = {"questions": 4, "f1_a": 0.25, "f1_b": 0.5, "f1_diff": 0.25, "f1_ci_low": 0.0, "f1_ci_high": 0.5,
+           "em_a": 0.0, "em_b": 0.25, "em_diff": 0.25, "em_ci_low": 0.0, "em_ci_high": 0.75}
+    return {"kind": "comparison", "a": side(settings_a, 0.5), "b": side(settings_b, 0.75),
+            "differences": [{"dataset": "nq", **row}, {"dataset": "single-hop", **row}, {"dataset": "average", **row}],
+            "bootstrap": {"samples": 10, "confidence": 0.95}}
+
+
+def test_sampled_gains_reads_a_comparison_and_refuses_runs_decoded_differently():
+    from sampled_gains import pair_figures, table
+
+    sampled = {"greedy": False, "temperature": 0.7, "n": 2}
+    f = pair_figures(comparison(sampled, sampled))
+    assert f["decoding"] == "temperature 0.7, 2 samples a question"
+    assert (f["questions"], f["agent_f1_before"], f["agent_f1_after"], f["agent_f1_gain_ci"]) == (4, 0.25, 0.5,
+                                                                                                 [0.0, 0.5])
+    assert (f["agent_em_gain"], f["ranker_hit1_before"], f["ranker_hit1_after"]) == (0.25, 0.5, 0.75)
+    assert f["per_dataset_f1_gain"] == {"nq": {"questions": 4, "gain": 0.25, "ci": [0.0, 0.5]}}
+    assert ("| s | 4 | temperature 0.7, 2 samples a question | 0.250 -> 0.500 | +0.250 [+0.000, +0.500] | "
+            "+0.250 [+0.000, +0.750] | 95% | 0.500 -> 0.750 | 1.00 -> 1.00 |") in table({"s": f})
+    with pytest.raises(SystemExit, match="decoded differently"):
+        pair_figures(comparison(sampled, {"greedy": True, "temperature": 1.0, "n": 1}))
+    with pytest.raises(SystemExit, match="not a comparison"):
+        pair_figures({"kind": "evaluation"})
+
+
+def test_greedy_agreement_counts_samples_that_answer_as_greedy_decoding_did():
+    from greedy_agreement import agreement, compare
+
+    def run(dataset_answers):
+        return [NS(question_id=q, dataset=d, trajectories=[NS(answer=a) for a in answers])
+                for q, (d, answers) in dataset_answers.items()]
+
+    greedy = run({"q1": ("nq", ["Paris"]), "q2": ("nq", [None]), "q3": ("popqa", ["Bob"])})
+    start = agreement(run({"q1": ("nq", ["the paris", "Lyon"]), "q2": ("nq", [None, "x"]),
+                           "q3": ("popqa", ["Ann", "Ann"])}), greedy)
+    # "the paris" normalises to "paris"; two missing answers agree
+    assert start == {"q1": ("nq", 0.5), "q2": ("nq", 0.5), "q3": ("popqa", 0.0)}
+    end = agreement(run({"q1": ("nq", ["Paris", "Paris."]), "q2": ("nq", [None, None]),
+                         "q3": ("popqa", ["Bob", "Ann"])}), greedy)
+    figures = compare(start, end, samples=200)
+    # datasets averaged: start (0.5 + 0.0) / 2, end (1.0 + 0.5) / 2
+    assert (figures["agreement_before"], figures["agreement_after"], figures["gain"]) == (0.25, 0.75, 0.5)
+    # nq's two questions both gain 0.5 and popqa's one question 0.5: every replicate is 0.5
+    assert figures["gain_ci"] == [0.5, 0.5]
+    with pytest.raises(SystemExit, match="no greedy rollout"):
+        agreement(run({"q9": ("nq", ["x"])}), greedy)
+    with pytest.raises(SystemExit, match="different questions"):
+        compare(start, {"q1": ("nq", 1.0)})
