@@ -34,6 +34,7 @@ for the fixed-set check that GRPO raises the reward on the questions it trains o
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import orjson
@@ -135,8 +136,10 @@ def main() -> None:
         train = [q for q in train if q.id not in taken]
         check_no_overlap(warmup, evaluation)
 
-    inputs = {str(p): file_sha256(p) for p in [*dev_files, *extra_files, *map(Path, args.exclude)]}
-    options = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()
+    # paths as given or relative to the working directory: the default --data resolves to an absolute path,
+    # which would make manifests name one machine's folders
+    inputs = {os.path.relpath(p): file_sha256(p) for p in [*dev_files, *extra_files, *map(Path, args.exclude)]}
+    options = {key: os.path.relpath(value) if isinstance(value, Path) else value for key, value in vars(args).items()
                if key != "out"}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

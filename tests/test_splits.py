@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -89,7 +90,9 @@ def test_learning_split_writes_a_stratified_disjoint_heldout_set_with_a_manifest
     assert len(held) == 60 and sum(drawn.values()) == 60 and len(drawn) == 7 and min(drawn.values()) == 8
     assert manifest["datasets"]["nq"]["excluded"] == 2
     assert manifest["stage"] == "learning-split" and manifest["options"]["heldout"] == 60
-    assert str(tmp_path / "warmup.json") in manifest["inputs"]
+    # recorded relative to the working directory (the subprocess's is this one), never as an absolute path
+    assert os.path.relpath(tmp_path / "warmup.json") in manifest["inputs"]
+    assert not any(Path(p).is_absolute() for p in [*manifest["inputs"], manifest["options"]["data"]])
     assert not {r["id"] for r in held} & set(warm_ids)
     held_texts = {r["question"].lower() for r in held}
     assert not {r["id"] for r in held} & {r["id"] for r in train}
