@@ -194,7 +194,8 @@ S11_END := "--agent runs/s11-cosearch/iter-0005/agent --ranker-model runs/s11-co
 # the trained models, same seed (common random numbers), ~35 min a model here; (2) the same on the 112 questions
 # training drew (what it trained on: does it learn those?); (3) greedy on the 404 questions of the training pool
 # it never drew (unseen, but chosen by the rule that chose the training questions). Each pair is scored
-# question by question with a paired bootstrap. After `just learning-study11`; ~1.6 h here.
+# question by question with a paired bootstrap. Then what the updates rewarded, against the start's greedy
+# answers on the drawn questions. After `just learning-study11`; ~1.7 h here.
 # Results: bench/results/learning_study11_sampled.md.
 learning-study11-sampled:
     mkdir -p runs/s11-sampled
@@ -211,9 +212,12 @@ learning-study11-sampled:
     .venv/bin/python bench/greedy_agreement.py --start runs/s11-sampled/start.jsonl,runs/s11-cosearch/eval-init/rollouts.jsonl --end runs/s11-sampled/end.jsonl,runs/s11-cosearch/iter-0005/eval/rollouts.jsonl --json runs/s11-sampled/agreement.json
     .venv/bin/python bench/gain_by_visibility.py --start runs/s11-sampled/start.jsonl --end runs/s11-sampled/end.jsonl --shown-from runs/s11-cosearch/eval-init/rollouts.jsonl --index indexes/dev-bm25 --split "study 8's 210=runs/study3/heldout.jsonl" --json runs/s11-sampled/visibility.json
     .venv/bin/cosearch evaluate score runs/s11-cosearch/eval-init/rollouts.jsonl runs/s11-cosearch/iter-0005/eval/rollouts.jsonl -o runs/s11-sampled/greedy-compare.json
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/s11-sampled/drawn.jsonl --greedy --n 1 {{S11_START}} -o runs/s11-sampled/drawn-greedy-start.jsonl
+    .venv/bin/cosearch evaluate score runs/s11-sampled/drawn-greedy-start.jsonl -q -o runs/s11-sampled/drawn-greedy-score.json
+    .venv/bin/python bench/advantage_vs_greedy.py --run runs/s11-cosearch --greedy runs/s11-sampled/drawn-greedy-start.jsonl --json runs/s11-sampled/advantage_vs_greedy.json
     .venv/bin/cosearch evaluate score runs/s11-sampled/start.jsonl runs/s11-sampled/end.jsonl --confidence 0.9833 -q -o runs/s11-sampled/compare-983.json
     .venv/bin/cosearch evaluate score runs/s11-sampled/unseen-start.jsonl runs/s11-sampled/unseen-end.jsonl --confidence 0.9833 -q -o runs/s11-sampled/unseen-compare-983.json
-    .venv/bin/python bench/sampled_gains.py --pair "630 held-out=runs/s11-sampled/compare.json" --pair "630 held-out, greedy (study 11)=runs/s11-sampled/greedy-compare.json" --pair "112 drawn in training=runs/s11-sampled/drawn-compare.json" --pair "404 of the pool never drawn=runs/s11-sampled/unseen-compare.json" --pair "630 held-out (Bonferroni, 3 comparisons)=runs/s11-sampled/compare-983.json" --pair "404 of the pool never drawn (Bonferroni, 3 comparisons)=runs/s11-sampled/unseen-compare-983.json" --extra greedy_agreement=runs/s11-sampled/agreement.json --extra gain_by_visibility=runs/s11-sampled/visibility.json --json bench/results/learning_study11_sampled.json
+    .venv/bin/python bench/sampled_gains.py --pair "630 held-out=runs/s11-sampled/compare.json" --pair "630 held-out, greedy (study 11)=runs/s11-sampled/greedy-compare.json" --pair "112 drawn in training=runs/s11-sampled/drawn-compare.json" --pair "404 of the pool never drawn=runs/s11-sampled/unseen-compare.json" --pair "630 held-out (Bonferroni, 3 comparisons)=runs/s11-sampled/compare-983.json" --pair "404 of the pool never drawn (Bonferroni, 3 comparisons)=runs/s11-sampled/unseen-compare-983.json" --extra greedy_agreement=runs/s11-sampled/agreement.json --extra gain_by_visibility=runs/s11-sampled/visibility.json --extra advantage_vs_greedy=runs/s11-sampled/advantage_vs_greedy.json --extra drawn_greedy_start=runs/s11-sampled/drawn-greedy-score.json --json bench/results/learning_study11_sampled.json
 
 # Would METHOD.md's temperature 1.0, or reading 96 tokens a candidate, make the ranker sample informed departures
 # from the retriever's first? Samples study 9's start ranker on 48 of its training calls (~15 min here):

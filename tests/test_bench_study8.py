@@ -237,3 +237,29 @@ def test_greedy_agreement_counts_samples_that_answer_as_greedy_decoding_did():
         agreement(run({"q9": ("nq", ["x"])}), greedy)
     with pytest.raises(SystemExit, match="different questions"):
         compare(start, {"q1": ("nq", 1.0)})
+
+
+def test_advantage_vs_greedy_counts_rewarded_samples_that_give_the_greedy_answer():
+    from advantage_vs_greedy import greedy_answers, rewarded
+
+    greedy = greedy_answers([NS(question_id="q1", answers=["Paris"], trajectories=[NS(answer="Paris")]),
+                             NS(question_id="q2", answers=["Bob Dylan"], trajectories=[NS(answer="Bob")])])
+    assert greedy == {"q1": ("paris", 1.0), "q2": ("bob", 2 / 3)}  # "bob" vs "bob dylan": P 1, R 1/2
+
+    def traj(answer, f1, advantage, group="q/agent"):
+        return NS(answer=answer, scores={"f1": f1}, advantage=advantage, group=group)
+    kept, dropped = NS(id="q/agent", role="agent", kept=True), NS(id="q/agent", role="agent", kept=False)
+    records = [
+        NS(question_id="q1", groups=[kept], trajectories=[traj("the Paris", 1.0, 0.5), traj("Lyon", 0.0, -0.5),
+                                                            traj("Paris", 1.0, 0.0)]),
+        NS(question_id="q2", groups=[kept], trajectories=[traj("Bob Dylan", 1.0, 0.8), traj("Bob", 2 / 3, 0.1),
+                                                            traj(None, 0.0, -0.9)]),
+        NS(question_id="q3", groups=[dropped], trajectories=[traj("x", 0.0, 0.0)])]  # not trained: not counted
+    figures = rewarded(records, greedy)
+    assert figures["groups"] == 2 and figures["groups_with_a_sample_above_greedy_f1"] == 1  # q2's "Bob Dylan"
+    assert figures["positive"] == {"samples": 3, "greedy_answer": 2, "above_greedy_f1": 1,
+                                   "greedy_answer_share": 2 / 3, "above_greedy_f1_share": 1 / 3}
+    assert figures["negative"] == {"samples": 2, "greedy_answer": 0, "above_greedy_f1": 0,
+                                   "greedy_answer_share": 0.0, "above_greedy_f1_share": 0.0}
+    with pytest.raises(SystemExit, match="no greedy rollout"):
+        rewarded([NS(question_id="q9", groups=[kept], trajectories=[])], greedy)
