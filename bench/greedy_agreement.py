@@ -10,6 +10,9 @@ missing answers (format failures) agree too. A question's agreement is the share
 the figure is the unweighted mean over datasets, and end - start gets the paired bootstrap 95% CI every study
 uses (cosearch_cli.evaluate.paired_bootstrap: questions resampled within each dataset). A policy that RL
 sharpens towards its mode samples its greedy answer more often; one that learns a new answer need not.
+The sampled F1 is split the same way, in two parts that add up to it: the F1 of the samples that give the
+model's greedy answer and that of the others (each summed over its samples and divided by all of them), so the
+F1 gain splits into the two parts' gains.
 No model is loaded.
 """
 
@@ -45,6 +48,24 @@ def agreement(sampled, greedy) -> dict[str, tuple[str, float]]:
     return out
 
 
+def f1_parts(sampled, greedy) -> tuple[dict[str, tuple[str, float]], dict[str, tuple[str, float]]]:
+    """A question's sampled F1 (the mean over its samples) split in two parts that add up to it: the samples
+    that give the greedy answer, and the others (each part: its samples' F1 summed, over all samples)."""
+    from cosearch_cli.metrics import token_f1
+
+    greedy_answer = {r.question_id: _answer(r.trajectories[0]) for r in greedy}
+    same, other = {}, {}
+    for record in sampled:
+        if record.question_id not in greedy_answer:
+            raise SystemExit(f"question {record.question_id} has no greedy rollout: pass the same questions' runs")
+        parts = [0.0, 0.0]
+        for t in record.trajectories:
+            f1 = token_f1(t.answer, record.answers) if t.answer is not None else 0.0
+            parts[_answer(t) != greedy_answer[record.question_id]] += f1 / len(record.trajectories)
+        same[record.question_id], other[record.question_id] = (record.dataset, parts[0]), (record.dataset, parts[1])
+    return same, other
+
+
 def by_dataset(shares: dict[str, tuple[str, float]], ids: list[str]) -> dict[str, np.ndarray]:
     grouped = defaultdict(list)
     for qid in ids:
@@ -53,8 +74,9 @@ def by_dataset(shares: dict[str, tuple[str, float]], ids: list[str]) -> dict[str
     return {d: np.asarray(v) for d, v in grouped.items()}
 
 
-def compare(start: dict, end: dict, samples: int = 1000, seed: int = 0) -> dict:
-    """Mean agreement (over datasets) at the start and at the end, and end - start with its paired CI."""
+def compare(start: dict, end: dict, name: str = "agreement", samples: int = 1000, seed: int = 0) -> dict:
+    """A per-question figure's mean (over datasets) at the start and at the end (`NAME_before`, `NAME_after`),
+    and end - start with its paired CI."""
     from cosearch_cli.evaluate import paired_bootstrap
 
     if set(start) != set(end):
@@ -62,8 +84,8 @@ def compare(start: dict, end: dict, samples: int = 1000, seed: int = 0) -> dict:
     ids = sorted(start)
     before, after = by_dataset(start, ids), by_dataset(end, ids)
     stats = paired_bootstrap({d: after[d] - before[d] for d in before}, samples=samples, seed=seed)["average"]
-    return {"questions": len(ids), "agreement_before": float(np.mean([v.mean() for v in before.values()])),
-            "agreement_after": float(np.mean([v.mean() for v in after.values()])), "gain": stats["diff"],
+    return {"questions": len(ids), f"{name}_before": float(np.mean([v.mean() for v in before.values()])),
+            f"{name}_after": float(np.mean([v.mean() for v in after.values()])), "gain": stats["diff"],
             "gain_ci": [stats["ci_low"], stats["ci_high"]],
             "bootstrap": {"samples": samples, "seed": seed, "resampling": "questions within each dataset, paired"}}
 
@@ -76,14 +98,20 @@ def main() -> None:
     args = parser.parse_args()
     from cosearch_cli.train import read_records
 
-    sides = {}
+    sides, parts = {}, {}
     for name, item in (("start", args.start), ("end", args.end)):
         paths = item.split(",")
         if len(paths) != 2:
             raise SystemExit(f"--{name} {item!r}: write SAMPLED.jsonl,GREEDY.jsonl")
-        sides[name] = agreement(*(read_records(Path(p)) for p in paths))
+        sampled, greedy = (read_records(Path(p)) for p in paths)
+        sides[name], parts[name] = agreement(sampled, greedy), f1_parts(sampled, greedy)
     figures = {"command": "python bench/greedy_agreement.py " + " ".join(sys.argv[1:]),
                **compare(sides["start"], sides["end"])}
+    for i, key in enumerate(("f1_from_greedy_answer", "f1_from_other_answers")):
+        f = figures[key] = compare(parts["start"][i], parts["end"][i], name="f1")
+        print(f"sampled F1 from samples that {'give' if i == 0 else 'do not give'} the model's greedy answer: "
+              f"{f['f1_before']:.3f} -> {f['f1_after']:.3f}, {f['gain']:+.3f} "
+              f"[{f['gain_ci'][0]:+.3f}, {f['gain_ci'][1]:+.3f}]")
     low, high = figures["gain_ci"]
     print(f"{figures['questions']} questions: sampled answer = greedy answer {figures['agreement_before']:.3f} -> "
           f"{figures['agreement_after']:.3f}, {figures['gain']:+.3f} [{low:+.3f}, {high:+.3f}]")

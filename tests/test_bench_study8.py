@@ -215,7 +215,7 @@ def test_sampled_gains_reads_a_comparison_and_refuses_runs_decoded_differently()
 
 
 def test_greedy_agreement_counts_samples_that_answer_as_greedy_decoding_did():
-    from greedy_agreement import agreement, compare
+    from greedy_agreement import agreement, compare, f1_parts
 
     def run(dataset_answers):
         return [NS(question_id=q, dataset=d, trajectories=[NS(answer=a) for a in answers])
@@ -233,6 +233,16 @@ def test_greedy_agreement_counts_samples_that_answer_as_greedy_decoding_did():
     assert (figures["agreement_before"], figures["agreement_after"], figures["gain"]) == (0.25, 0.75, 0.5)
     # nq's two questions both gain 0.5 and popqa's one question 0.5: every replicate is 0.5
     assert figures["gain_ci"] == [0.5, 0.5]
+    # F1 split by agreement: q1's samples "the paris" (F1 1, agrees) and "Lyon" (0); gold answers per question
+    def gold(records, answers):
+        for record, golds in zip(records, answers):
+            record.answers = golds
+        return records
+    sampled = gold(run({"q1": ("nq", ["the paris", "Lyon"]), "q3": ("popqa", ["Ann", "Bob"])}), [["Paris"], ["Ann"]])
+    same, other = f1_parts(sampled, greedy)
+    assert same == {"q1": ("nq", 0.5), "q3": ("popqa", 0.0)}  # q3's "Bob" agrees but scores 0
+    assert other == {"q1": ("nq", 0.0), "q3": ("popqa", 0.5)}  # "Ann" disagrees, F1 1, one of two samples
+    assert compare(same, other, name="f1")["f1_before"] == 0.25
     with pytest.raises(SystemExit, match="no greedy rollout"):
         agreement(run({"q9": ("nq", ["x"])}), greedy)
     with pytest.raises(SystemExit, match="different questions"):
