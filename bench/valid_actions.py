@@ -134,7 +134,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     if not (Path(args.index) / "index.manifest.json").is_file():
-        build_index(Corpus([str(p) for p in sorted((DATA / "corpus").glob("*.jsonl"))]), args.index)
+        # relative to the working directory, so the index manifest names no machine's absolute folders
+        build_index(Corpus([os.path.relpath(p) for p in sorted((DATA / "corpus").glob("*.jsonl"))]), args.index)
     index = NeverEmpty(open_index(args.index))
     evaluation = questions(args.per_dataset)
     train = questions(args.warmup_per_dataset, skip=args.per_dataset)
