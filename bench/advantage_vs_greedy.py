@@ -23,25 +23,22 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from greedy_agreement import normalised_answer  # noqa: E402
 
 
 def greedy_answers(records) -> dict[str, tuple[str | None, float]]:
     """Question id -> (normalised greedy answer, its token F1)."""
-    from cosearch_cli.metrics import normalize_answer, token_f1
+    from cosearch_cli.metrics import answer_scores
 
-    out = {}
-    for record in records:
-        answer = record.trajectories[0].answer
-        f1 = token_f1(answer, record.answers) if answer is not None else 0.0
-        out[record.question_id] = (None if answer is None else normalize_answer(answer), f1)
-    return out
+    return {record.question_id: (normalised_answer(record.trajectories[0].answer),
+                                 answer_scores(record.trajectories[0].answer, record.answers)["f1"])
+            for record in records}
 
 
 def rewarded(records, greedy: dict[str, tuple[str | None, float]]) -> dict:
     """Counts over the trajectories of kept agent groups: by the sign of their advantage, how many give the
     greedy answer, and how many score above its F1."""
-    from cosearch_cli.metrics import normalize_answer
-
     counts = {sign: {"samples": 0, "greedy_answer": 0, "above_greedy_f1": 0} for sign in ("positive", "negative")}
     groups = beatable = 0
     for record in records:
@@ -59,7 +56,7 @@ def rewarded(records, greedy: dict[str, tuple[str | None, float]]) -> dict:
                 continue
             c = counts["positive" if t.advantage > 0 else "negative"]
             c["samples"] += 1
-            c["greedy_answer"] += (None if t.answer is None else normalize_answer(t.answer)) == target
+            c["greedy_answer"] += normalised_answer(t.answer) == target
             c["above_greedy_f1"] += t.scores["f1"] > target_f1
     for c in counts.values():
         for key in ("greedy_answer", "above_greedy_f1"):

@@ -29,39 +29,40 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def _answer(trajectory) -> str | None:
+def normalised_answer(answer: str | None) -> str | None:
+    """An answer as EM compares it (SQuAD normalisation); a missing answer (format failure) stays None."""
     from cosearch_cli.metrics import normalize_answer
 
-    return None if trajectory.answer is None else normalize_answer(trajectory.answer)
+    return None if answer is None else normalize_answer(answer)
+
+
+def _with_greedy_answer(sampled, greedy):
+    """Each sampled record with its question's normalised greedy answer; every question must have one."""
+    greedy_answer = {r.question_id: normalised_answer(r.trajectories[0].answer) for r in greedy}
+    for record in sampled:
+        if record.question_id not in greedy_answer:
+            raise SystemExit(f"question {record.question_id} has no greedy rollout: pass the same questions' runs")
+        yield record, greedy_answer[record.question_id]
 
 
 def agreement(sampled, greedy) -> dict[str, tuple[str, float]]:
     """Question id -> (dataset, share of its sampled trajectories whose answer is the greedy one)."""
-    greedy_answer = {r.question_id: _answer(r.trajectories[0]) for r in greedy}
-    out = {}
-    for record in sampled:
-        if record.question_id not in greedy_answer:
-            raise SystemExit(f"question {record.question_id} has no greedy rollout: pass the same questions' runs")
-        target = greedy_answer[record.question_id]
-        same = [_answer(t) == target for t in record.trajectories]
-        out[record.question_id] = (record.dataset, float(np.mean(same)))
-    return out
+    return {record.question_id: (record.dataset,
+                                 float(np.mean([normalised_answer(t.answer) == target for t in record.trajectories])))
+            for record, target in _with_greedy_answer(sampled, greedy)}
 
 
 def f1_parts(sampled, greedy) -> tuple[dict[str, tuple[str, float]], dict[str, tuple[str, float]]]:
     """A question's sampled F1 (the mean over its samples) split in two parts that add up to it: the samples
     that give the greedy answer, and the others (each part: its samples' F1 summed, over all samples)."""
-    from cosearch_cli.metrics import token_f1
+    from cosearch_cli.metrics import answer_scores
 
-    greedy_answer = {r.question_id: _answer(r.trajectories[0]) for r in greedy}
     same, other = {}, {}
-    for record in sampled:
-        if record.question_id not in greedy_answer:
-            raise SystemExit(f"question {record.question_id} has no greedy rollout: pass the same questions' runs")
+    for record, target in _with_greedy_answer(sampled, greedy):
         parts = [0.0, 0.0]
         for t in record.trajectories:
-            f1 = token_f1(t.answer, record.answers) if t.answer is not None else 0.0
-            parts[_answer(t) != greedy_answer[record.question_id]] += f1 / len(record.trajectories)
+            f1 = answer_scores(t.answer, record.answers)["f1"]
+            parts[normalised_answer(t.answer) != target] += f1 / len(record.trajectories)
         same[record.question_id], other[record.question_id] = (record.dataset, parts[0]), (record.dataset, parts[1])
     return same, other
 

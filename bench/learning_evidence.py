@@ -39,13 +39,14 @@ def per_iteration(rows: list[dict]) -> list[dict]:
             for r in sorted(rows, key=lambda r: r["iteration"]) if r["iteration"] >= 0]
 
 
-def embed(out: dict, extras: list[str]) -> dict:
+def embed(out: dict, extras: list[str], option: str = "--extra") -> dict:
     """`out` with each NAME=FILE of `extras` added under NAME: that JSON file's content (another script's
-    figures, a manifest's counts), so one results file holds every figure its Markdown states."""
+    figures, a manifest's counts), so one results file holds every figure its Markdown states. `option` names
+    the command-line option the items came from, for the error message."""
     for item in extras:
         name, _, path = item.partition("=")
         if not name or not path:
-            raise SystemExit(f"--extra {item!r}: write NAME=FILE")
+            raise SystemExit(f"{option} {item!r}: write NAME=FILE")
         out[name] = orjson.loads(Path(path).read_bytes())
     return out
 

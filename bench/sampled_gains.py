@@ -7,8 +7,8 @@ Markdown table (issue 14, study 11's sampled and in-pool evaluations).
 Per pair: the question count, how the rollouts were decoded (greedy, or the temperature and samples a
 question), agent F1 and EM before and after with the paired bootstrap CI of the change (the comparison's own,
 at its `--confidence`: questions resampled within each dataset, averaged over datasets; a question's score is
-the mean over its samples), searches a question, the ranker's Hit@1 over its calls and the share of calls with an answer-bearing
-candidate (each run's own calls, not paired), and the per-dataset F1 changes. `--extra NAME=FILE` embeds
+the mean over its samples), searches a question, the ranker's Hit@1 over its calls and the share of calls with
+an answer-bearing candidate (each run's own calls, not paired), and the per-dataset F1 changes. `--extra NAME=FILE` embeds
 another JSON file (a manifest's counts, gain_by_visibility's subsets) under NAME. No model is loaded.
 """
 
@@ -85,12 +85,7 @@ def main() -> None:
     parser.add_argument("--extra", action="append", default=[], help="NAME=FILE: embed that JSON under NAME")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
-    pairs = {}
-    for item in args.pair:
-        name, _, path = item.partition("=")
-        if not name or not path:
-            raise SystemExit(f"--pair {item!r}: write NAME=COMPARE.json")
-        pairs[name] = pair_figures(orjson.loads(Path(path).read_bytes()))
+    pairs = {name: pair_figures(comparison) for name, comparison in embed({}, args.pair, "--pair").items()}
     print(table(pairs))
     if args.json:
         out = embed({"command": "python bench/sampled_gains.py " + " ".join(sys.argv[1:]), "pairs": pairs},
