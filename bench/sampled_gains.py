@@ -2,13 +2,16 @@
 Markdown table (issue 14, study 11's sampled and in-pool evaluations).
 
     .venv/bin/python bench/sampled_gains.py --pair "held-out, sampled=runs/s11-sampled/compare.json" \
-        [--pair NAME=COMPARE.json ...] [--extra NAME=FILE ...] --json bench/results/learning_study11_sampled.json
+        [--pair NAME=COMPARE.json ...] [--run NAME=EVALUATION.json ...] [--extra NAME=FILE ...] \
+        --json bench/results/learning_study11_sampled.json
 
 Per pair: the question count, how the rollouts were decoded (greedy, or the temperature and samples a
 question), agent F1 and EM before and after with the paired bootstrap CI of the change (the comparison's own,
 at its `--confidence`: questions resampled within each dataset, averaged over datasets; a question's score is
 the mean over its samples), searches a question, the ranker's Hit@1 over its calls and the share of calls with
-an answer-bearing candidate (each run's own calls, not paired), and the per-dataset F1 changes. `--extra NAME=FILE` embeds
+an answer-bearing candidate (each run's own calls, not paired), and the per-dataset F1 changes. `--run
+NAME=EVALUATION.json` adds one run's figures (`evaluate score RUN`: questions, decoding, F1, EM, per-dataset F1;
+not its manifest, which names the index's absolute folder). `--extra NAME=FILE` embeds
 another JSON file (a manifest's counts, gain_by_visibility's subsets) under NAME. No model is loaded.
 """
 
@@ -57,6 +60,17 @@ def pair_figures(comparison: dict) -> dict:
     return out
 
 
+def run_figures(evaluation: dict) -> dict:
+    """The figures of one run's `evaluate score RUN` JSON: its question count, decoding, F1 and EM (averaged
+    over datasets) and per-dataset F1; its manifest, which names the index's absolute folder, is left out."""
+    if evaluation.get("kind") != "evaluation":
+        raise SystemExit("not an evaluation: pass the JSON of `cosearch evaluate score RUN`")
+    average = {g["dataset"]: g for g in evaluation["groups"]}["average"]
+    return {"questions": average["questions"], "decoding": decoding(evaluation["variant"]["rollout_settings"]),
+            "agent_f1": average["f1"], "agent_em": average["em"],
+            "per_dataset_f1": {row["dataset"]: row["f1"] for row in evaluation["datasets"]}}
+
+
 def _num(value: float | None, fmt: str = ".3f") -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -82,14 +96,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pair", action="append", required=True,
                         help="NAME=COMPARE.json: the JSON of `cosearch evaluate score START END`")
+    parser.add_argument("--run", action="append", default=[],
+                        help="NAME=EVALUATION.json: one run's `cosearch evaluate score RUN` JSON, its figures")
     parser.add_argument("--extra", action="append", default=[], help="NAME=FILE: embed that JSON under NAME")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     pairs = {name: pair_figures(comparison) for name, comparison in embed({}, args.pair, "--pair").items()}
     print(table(pairs))
     if args.json:
-        out = embed({"command": "python bench/sampled_gains.py " + " ".join(sys.argv[1:]), "pairs": pairs},
-                    args.extra)
+        runs = {name: run_figures(evaluation) for name, evaluation in embed({}, args.run, "--run").items()}
+        out = embed({"command": "python bench/sampled_gains.py " + " ".join(sys.argv[1:]), "pairs": pairs,
+                     "runs": runs}, args.extra)
         Path(args.json).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
 
 

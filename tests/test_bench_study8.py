@@ -273,3 +273,17 @@ def test_advantage_vs_greedy_counts_rewarded_samples_that_give_the_greedy_answer
                                    "greedy_answer_share": 0.0, "above_greedy_f1_share": 0.0}
     with pytest.raises(SystemExit, match="no greedy rollout"):
         rewarded([NS(question_id="q9", groups=[kept], trajectories=[])], greedy)
+
+
+def test_sampled_gains_reads_one_runs_evaluation_without_its_manifest():
+    from sampled_gains import run_figures
+
+    evaluation = {"kind": "evaluation", "variant": {"rollout_settings": [{"greedy": True}]},
+                  "groups": [{"dataset": "single-hop", "questions": 3}, {"dataset": "average", "questions": 3,
+                                                                         "f1": 0.2, "em": 0.1}],
+                  "datasets": [{"dataset": "nq", "f1": 0.3}, {"dataset": "popqa", "f1": 0.1}],
+                  "manifest": {"options": {"index": "/abs/indexes/x"}}}
+    assert run_figures(evaluation) == {"questions": 3, "decoding": "greedy", "agent_f1": 0.2, "agent_em": 0.1,
+                                       "per_dataset_f1": {"nq": 0.3, "popqa": 0.1}}
+    with pytest.raises(SystemExit, match="not an evaluation"):
+        run_figures({"kind": "comparison"})
