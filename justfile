@@ -184,6 +184,14 @@ learning-study11:
     .venv/bin/python bench/learning_evidence.py --runs runs/s11-cosearch --png bench/results/learning_study11.png --json bench/results/learning_study11.json --extra gain_by_visibility=runs/s11-cosearch/visibility.json --extra training_questions=runs/study11/train.manifest.json --extra heldout_questions=runs/study11-split/heldout.manifest.json --extra question_overlap=runs/s11-cosearch/overlap.json --title "cosearch preset, study 11: study 8 judged on 630 held-out questions"
     .venv/bin/python bench/title_copy.py runs/s11-cosearch --eval start=runs/s11-cosearch/eval-init/rollouts.jsonl --eval s11-cosearch-end=runs/s11-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study11.md
 
+# Learning evidence, study 12 (issue 14, target a): study 11 with ReMax's greedy baseline for the agent's advantage
+# (bench/learning_study12.toml; the only difference). The start's evaluation on the 630 is study 11's, copied when
+# it exists (same models, questions and rollout settings; greedy, so the same records). After `just
+# learning-study11`; ~1.5 h here. Results: bench/results/learning_study12.md.
+learning-study12:
+    test -d runs/s12-cosearch/eval-init || ! test -f runs/s11-cosearch/eval-init/summary.json || (mkdir -p runs/s12-cosearch && cp -r runs/s11-cosearch/eval-init runs/s12-cosearch/)
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study12.toml --name s12-cosearch
+
 # The rollout options of study 11's evaluations (bench/learning_study11.toml); S11_START and S11_END: its models.
 S11_ROLLOUT := "--index indexes/dev-bm25 --ranker llm --sizes cpu --max-turns 1 --top-n 5 --k 3 --max-new-tokens 64 --ranker-max-new-tokens 64 --passage-tokens 48 --question-chunk 16 --constrain agent,ranker --seed 0"
 S11_START := "--agent runs/study3/warmup --ranker-model runs/study3/warmup"

@@ -11,6 +11,12 @@ A group of one, or whose rewards are all equal (within 1e-9), carries no signal:
 advantage 0, and the group is marked kept=False with reason "singleton" or "all-equal-rewards" so the update
 stage skips it and the summary counts it. This is where METHOD's "drop clusters whose rewards are all equal"
 happens, since grouping runs before rewards exist.
+
+A group with a `baseline` (the reward of the same models' greedy trajectory for the question, ReMax's
+baseline; `cosearch train` with agent_baseline = "greedy") instead gets advantage = r - baseline, unscaled
+(the mode does not apply): a sample that only repeats what greedy decoding scores gets 0, and a group whose
+members all score the baseline carries no signal (reason "equal-to-baseline"), while a group of equal members
+that differ from the baseline trains.
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from cosearch_cli.errors import ConfigError
+from cosearch_cli.errors import ConfigError, RecordError
 from cosearch_cli.grouping import AGENT, RANKER, SINGLETON
 from cosearch_cli.records import RolloutRecord
 
 MODES = ("group", "batch", "none")
 ALL_EQUAL = "all-equal-rewards"
+EQUAL_TO_BASELINE = "equal-to-baseline"
 EQUAL_TOLERANCE = 1e-9
 
 
@@ -41,6 +48,15 @@ def no_signal(rewards: Sequence[float]) -> str:
         return SINGLETON
     if max(rewards) - min(rewards) <= EQUAL_TOLERANCE:
         return ALL_EQUAL
+    return ""
+
+
+def no_signal_from(rewards: Sequence[float], baseline: float | None) -> str:
+    """Why a group cannot train against `baseline` ("" when it can); GRPO's rule when `baseline` is None."""
+    if baseline is None:
+        return no_signal(rewards)
+    if all(abs(r - baseline) <= EQUAL_TOLERANCE for r in rewards):
+        return EQUAL_TO_BASELINE
     return ""
 
 
@@ -62,6 +78,20 @@ def group_advantages(rewards: Sequence[float], *, mode: str = "group", eps: floa
     return [(r - mean) / scale for r in rewards]
 
 
+def set_baselines(records: Sequence[RolloutRecord], baselines: dict[str, float] | None, source: str = "") -> None:
+    """Give each record's agent group its question's greedy reward (`baselines`) as the baseline of its
+    advantages; None leaves GRPO's group mean."""
+    if baselines is None:
+        return
+    for record in records:
+        if record.question_id not in baselines:
+            raise RecordError(f"no greedy baseline for question {record.question_id!r}", path=source or "<baseline>",
+                              fix="roll out every question of the input greedily (cosearch rollout --greedy --n 1)")
+        for group in record.groups:
+            if group.role == AGENT:
+                group.baseline = baselines[record.question_id]
+
+
 def assign_advantages(records: Sequence[RolloutRecord], *, mode: str = "group", eps: float = 1e-6) -> None:
     """Set the advantage of every trajectory and ranker call in scored records, dropping no-signal groups.
 
@@ -76,14 +106,18 @@ def assign_advantages(records: Sequence[RolloutRecord], *, mode: str = "group", 
             members = [(trajs if group.role == AGENT else calls)[m] for m in group.members]
             for member in members:
                 member.advantage = 0.0
-            if group.reason == ALL_EQUAL:  # rescoring a scored file: judge the group on the new rewards
+            if group.reason in (ALL_EQUAL, EQUAL_TO_BASELINE):  # rescoring: judge the group on the new rewards
                 group.kept, group.reason = True, ""
             if not group.kept:
                 continue
             rewards = [m.reward for m in members]
-            reason = no_signal(rewards)
+            reason = no_signal_from(rewards, group.baseline)
             if reason:
                 group.kept, group.reason = False, reason
+                continue
+            if group.baseline is not None:
+                for member, reward in zip(members, rewards):
+                    member.advantage = reward - group.baseline
                 continue
             trainable.append((members, rewards, group.role))
             pooled[group.role].extend(rewards)

@@ -27,6 +27,8 @@ Reasons a group is not kept (GroupInfo.reason), stable strings for counting:
   agent-format-failure  pseudo-group of ranker calls from trajectories that failed the format check
   not-trained-ranker    pseudo-group of calls made without a trainable ranker (ranker "none"/"oracle")
   all-equal-rewards     (set by the reward stage) every member got the same reward
+  equal-to-baseline     (set by the reward stage) every member got the group's baseline reward (the greedy
+                        trajectory's, with agent_baseline = "greedy")
 """
 
 from __future__ import annotations

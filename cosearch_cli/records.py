@@ -145,6 +145,9 @@ class GroupInfo:
     members: list[str]  # trajectory samples (as strings) or ranker call ids
     kept: bool
     reason: str = ""
+    baseline: float | None = None
+    """The reward advantages are measured from instead of the group's mean: the greedy trajectory's reward
+    (an agent group of a run with agent_baseline = "greedy", as ReMax); None: GRPO's group mean."""
 
 
 @dataclass

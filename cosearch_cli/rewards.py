@@ -158,6 +158,12 @@ def agent_reward(traj: Trajectory, answers: Sequence[str], config: RewardConfig,
     return scores["f1"] + config.evidence_weight * (evidence_f1 or 0.0), scores
 
 
+def greedy_rewards(records: Sequence[RolloutRecord], config: RewardConfig) -> dict[str, float]:
+    """Question id -> the agent reward of its (first) greedy trajectory: ReMax's baseline of the agent's
+    advantages (advantages.set_baselines)."""
+    return {r.question_id: agent_reward(r.trajectories[0], r.answers, config)[0] for r in records}
+
+
 def score_record(record: RolloutRecord, config: RewardConfig,
                  evidence_f1: dict[int, float] | None = None) -> RolloutRecord:
     """Fill scores and rewards of a grouped record; `evidence_f1` maps sample -> verifier F1 when used."""

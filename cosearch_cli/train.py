@@ -124,6 +124,11 @@ class TrainConfig:
     question's groups."""
     max_draw: int = 0
     """Most questions one iteration may draw with dynamic sampling (0: 4 x questions_per_iteration)."""
+    agent_baseline: str = "group"
+    """What the agent's advantages are measured from: group (GRPO: the group's mean, scaled by its standard
+    deviation, as METHOD.md) or greedy (ReMax: each training question is also rolled out once greedily by the
+    same models, iteration's baseline.jsonl, and advantage = reward - that greedy trajectory's reward, unscaled;
+    dynamic sampling then counts a question as carrying signal when some sample's reward differs from it)."""
     warmup_questions: int = 0
     """Supervised warm-up (`cosearch warmup`) on this many training questions before RL; the run then starts
     from its checkpoint (agent, and ranker when it is the same model) and `eval-base/` evaluates the given
@@ -221,6 +226,9 @@ class TrainConfig:
                              f"must be one of {', '.join(RANKER_DEMOS)}, not {self.warmup_ranker_demos!r}"))
         if self.lr_warmup < 0 or self.max_grad_norm < 0 or self.max_draw < 0 or self.heldout_kl < 0:
             problems.append(("lr_warmup/max_grad_norm/max_draw/heldout_kl", "must be >= 0"))
+        if self.agent_baseline not in AGENT_BASELINES:
+            problems.append(("agent_baseline", f"must be one of {', '.join(AGENT_BASELINES)}, "
+                                               f"not {self.agent_baseline!r}"))
         if self.norm_over not in ("batch", "trained"):
             problems.append(("norm_over", f"must be 'batch' or 'trained', not {self.norm_over!r}"))
         if self.dynamic_sampling and self.max_draw and self.max_draw < self.questions_per_iteration:
@@ -262,6 +270,8 @@ class TrainConfig:
             raise ConfigError(f"config key {key!r} {message}{more}", fix="fix the value in the config or options")
         return self
 
+
+AGENT_BASELINES = ("group", "greedy")
 
 # The rollout preset `paper` (cosearch_cli/rollout.py PRESETS), repeated so that reading a training configuration
 # does not import torch; tests/test_train_paper.py checks that `train --preset paper-7b` hands the rollout these.
@@ -405,8 +415,12 @@ def lr_at(config: TrainConfig, iteration: int) -> float:
 
 
 def has_spread(record: RolloutRecord) -> bool:
-    """The question's agent group carries signal: its trajectories' rewards are not all equal."""
+    """The question's agent group carries signal: its trajectories' rewards are not all equal, or, when the
+    group has a baseline (agent_baseline = "greedy"), not all equal to the baseline."""
     rewards_ = [t.reward for t in record.trajectories if t.reward is not None]
+    baseline = next((g.baseline for g in record.groups if g.role == grouping.AGENT), None)
+    if baseline is not None:
+        return bool(rewards_) and advantages.no_signal_from(rewards_, baseline) == ""
     return len(rewards_) > 1 and advantages.no_signal(rewards_) == ""
 
 
@@ -696,19 +710,40 @@ class Runner:
         group_config = grouping.resolve_config(c.group_preset, kmin=c.kmin, tau=c.tau)
         reward_config = rewards.resolve_config(c.reward_preset)
         records: list[RolloutRecord] = []
+        greedy: list[RolloutRecord] = []
         with_spread = 0
         while with_spread < per and len(records) < cap:
             chunk = list(itertools.islice(stream, min(per, cap - len(records))))
+            baselines = None
+            if c.agent_baseline == "greedy":
+                self.log(f"iteration {i}: greedy baseline rollouts of {len(chunk)} questions")
+                chunk_greedy = list(self.stream(chunk, models, greedy=True, seed=c.seed * 1000 + i))
+                greedy += chunk_greedy
+                baselines = rewards.greedy_rewards(chunk_greedy, reward_config)
             self.log(f"iteration {i}: rollouts of {len(chunk)} questions x {c.n} "
                      f"({with_spread}/{per} with a reward spread after {len(records)} drawn)")
             for record in self.stream(chunk, models, greedy=False, seed=c.seed * 1000 + i + 7919 * len(records)):
                 records.append(record)
-                scored = rewards.score_record(grouping.group_record(copy.deepcopy(record), group_config),
-                                              reward_config)
-                with_spread += has_spread(scored)
+                grouped = grouping.group_record(copy.deepcopy(record), group_config)
+                advantages.set_baselines([grouped], baselines)
+                with_spread += has_spread(rewards.score_record(grouped, reward_config))
+        if c.agent_baseline == "greedy":
+            write_records(self.baseline_path(i), greedy, self.manifest("rollout", models=models, greedy=True,
+                                                                        rollout_seed=c.seed * 1000 + i))
         write_records(out, records, self.manifest("rollout", models=models, greedy=False, dynamic_sampling=True,
                                                   questions_drawn=len(records), with_spread=with_spread))
         return records
+
+    def baseline_path(self, i: int) -> Path:
+        """Iteration i's greedy rollouts of its training questions (agent_baseline = "greedy")."""
+        return self.paths.iteration(i) / "baseline.jsonl"
+
+    def baselines(self, i: int) -> dict[str, float] | None:
+        """Question id -> greedy reward of iteration i's training questions; None for GRPO's group baseline."""
+        if self.config.agent_baseline != "greedy":
+            return None
+        return rewards.greedy_rewards(read_records(self.baseline_path(i)),
+                                      rewards.resolve_config(self.config.reward_preset))
 
     # -- group, reward ----------------------------------------------------------------------------------
 
@@ -723,13 +758,14 @@ class Runner:
                                                   upstream=reader.upstream))
         return records
 
-    def reward(self, grouped_path: Path, out: Path) -> list[RolloutRecord]:
+    def reward(self, grouped_path: Path, out: Path, baselines: dict[str, float] | None = None) -> list[RolloutRecord]:
         if out.is_file():
             return read_records(out, "scored")
         config = rewards.resolve_config(self.config.reward_preset)
         reader = Reader.open(grouped_path)
         records = [rewards.score_record(read_rollout(r.data, r.path, r.line, min_stage="grouped"), config)
                    for r in reader.rows()]
+        advantages.set_baselines(records, baselines, str(grouped_path.with_name("baseline.jsonl")))
         advantages.assign_advantages(records)
         write_records(out, records, make_manifest("reward", asdict(config), inputs=reader.hashes,
                                                   upstream=reader.upstream))
@@ -920,15 +956,20 @@ class Runner:
         else:
             questions = iteration_questions(train_questions, c, i)
             self.log(f"iteration {i}: rollouts of {len(questions)} questions x {c.n}")
+            if c.agent_baseline == "greedy":
+                self.log(f"iteration {i}: greedy baseline rollouts of {len(questions)} questions")
+                self.rollouts(self.baseline_path(i), questions, models, greedy=True, seed=c.seed * 1000 + i)
             rolled = self.rollouts(folder / "rollouts.jsonl", questions, models, greedy=False,
                                    seed=c.seed * 1000 + i)
         timer.add("rollout", started)
         started = time.perf_counter()
         self.group(folder / "rollouts.jsonl", folder / "grouped.jsonl")
-        scored = self.reward(folder / "grouped.jsonl", folder / "scored.jsonl")
+        baselines = self.baselines(i)
+        scored = self.reward(folder / "grouped.jsonl", folder / "scored.jsonl", baselines)
         timer.add("group_reward", started)
 
-        row = {"iteration": i, "questions_drawn": len(rolled), **_train_row(rolled, scored)}
+        row = {"iteration": i, "questions_drawn": len(rolled), **_train_row(rolled, scored),
+               **_baseline_row(scored, baselines)}
         for role, enabled, path in (("agent", c.train_agent, models.agent),
                                     ("ranker", c.train_ranker, models.ranker)):
             if not enabled:
@@ -1001,6 +1042,17 @@ def _train_row(rolled: Sequence[RolloutRecord], scored: Sequence[RolloutRecord])
         "agent_groups_kept": sum(g.role == "agent" for g in kept),
         "ranker_groups_kept": sum(g.role == "ranker" for g in kept),
     }
+
+
+def _baseline_row(scored: Sequence[RolloutRecord], baselines: dict[str, float] | None) -> dict:
+    """With a greedy baseline: its mean reward over the iteration's questions, and the share of samples that
+    score above / below their question's greedy trajectory."""
+    if baselines is None:
+        return {}
+    pairs = [(t.reward, baselines[r.question_id]) for r in scored for t in r.trajectories if t.reward is not None]
+    return {"train_greedy_reward": _mean([baselines[r.question_id] for r in scored]),
+            "samples_above_greedy": _mean([float(x > b + advantages.EQUAL_TOLERANCE) for x, b in pairs]),
+            "samples_below_greedy": _mean([float(x < b - advantages.EQUAL_TOLERANCE) for x, b in pairs])}
 
 
 def _eval_row(iteration: int, summary: dict) -> dict:

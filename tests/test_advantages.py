@@ -98,3 +98,33 @@ def test_rescoring_judges_all_equal_groups_again():
     assert group.kept and group.reason == ""
     assert [calls[f"a/s{s}/t1"].advantage for s in range(3)] == pytest.approx([-1.0, 1.0, 0.0])
     assert groups_by_id(a)["a/ranker/easy/c2"].reason == "singleton"  # grouping's decisions stay
+
+
+def test_greedy_baseline_measures_each_member_from_it_unscaled():
+    a, b, calls = two_records()
+    groups_by_id(a)["a/agent"].baseline = 0.25  # a's rewards [1, 0, 0, 0]
+    groups_by_id(b)["b/agent"].baseline = 1.0  # b's rewards [1, 0]
+    advantages.assign_advantages([a, b], mode="batch", eps=0.0)  # the mode does not apply to baseline groups
+    assert [t.advantage for t in a.trajectories] == pytest.approx([0.75, -0.25, -0.25, -0.25])
+    assert [t.advantage for t in b.trajectories] == pytest.approx([0.0, -1.0])
+    # ranker groups keep GRPO's group mean: the only trainable one is [2, 0, 1], batch std 1
+    assert calls["a/s0/t0"].advantage == pytest.approx(1.0)
+
+
+def test_a_group_equal_to_its_baseline_drops_and_equal_members_away_from_it_train():
+    a, b, _ = two_records()
+    for t in b.trajectories:
+        t.reward = 0.0
+    for record, baseline in ((a, None), (b, 1.0)):
+        groups_by_id(record)[f"{record.question_id}/agent"].baseline = baseline
+    advantages.assign_advantages([a, b], eps=0.0)
+    assert groups_by_id(b)["b/agent"].kept  # all members 0, greedy scored 1: every sample is pushed down
+    assert [t.advantage for t in b.trajectories] == [-1.0, -1.0]
+    groups_by_id(b)["b/agent"].baseline = 0.0
+    advantages.assign_advantages([a, b], eps=0.0)
+    group = groups_by_id(b)["b/agent"]
+    assert not group.kept and group.reason == "equal-to-baseline"
+    assert [t.advantage for t in b.trajectories] == [0.0, 0.0]
+    groups_by_id(b)["b/agent"].baseline = 0.5  # rescoring judges the dropped group again
+    advantages.assign_advantages([a, b], eps=0.0)
+    assert groups_by_id(b)["b/agent"].kept and [t.advantage for t in b.trajectories] == [-0.5, -0.5]

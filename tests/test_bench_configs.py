@@ -50,3 +50,9 @@ def test_study11_differs_from_study8_only_in_its_question_files():
     assert changed == {"questions", "dev_questions"}
     assert (str(s11.questions), str(s11.dev_questions)) == ("runs/study11/train.jsonl",
                                                              "runs/study11-split/heldout.jsonl")
+
+
+def test_study12_differs_from_study11_only_in_the_agent_baseline():
+    s11, s12, changed = differences("learning_study11.toml", "learning_study12.toml")
+    assert changed == {"agent_baseline"}
+    assert (s11.agent_baseline, s12.agent_baseline) == ("group", "greedy")

@@ -213,3 +213,30 @@ def test_streamed_chunks_give_the_same_advantages_as_the_whole_batch(tmp_path):
         [c.advantage for r in expected for c in r.ranker_calls]
     assert grouping.describe_groups((r.question_id, r.groups) for r in expected) in \
         run_cli("reward", "-", input=grouped.stdout).stderr
+
+
+def test_reward_with_a_greedy_baseline(tmp_path):
+    grouped = run_cli("group", write(tmp_path / "r.jsonl", rollout_lines()), "--kmin", "2", "-o", tmp_path / "g.jsonl")
+    assert grouped.exit_code == 0, grouped.stderr
+    # greedy answered q1 "Paris France" (F1 2/3) and q2 "Hamlet" (F1 1)
+    greedy = [make_record("q1", ["Paris"], [make_traj(0, "Paris France")], []),
+              make_record("q2", ["Hamlet"], [make_traj(0, "Hamlet")], [])]
+    source = write(tmp_path / "greedy.jsonl", [orjson.dumps(r) + b"\n" for r in greedy])
+    scored = run_cli("reward", tmp_path / "g.jsonl", "--baseline", source)
+    assert scored.exit_code == 0, scored.stderr
+    (q1, q2), manifest = parse(scored.stdout)
+    assert manifest["options"]["baseline"] == "greedy" and source in manifest["inputs"]
+    # q1 rewards [1, 0, 2/3, -0.2] minus 2/3, unscaled
+    assert [t["advantage"] for t in q1["trajectories"]] == pytest.approx([1 / 3, -2 / 3, 0.0, -13 / 15])
+    assert {g["id"]: g for g in q1["groups"]}["q1/agent"]["baseline"] == pytest.approx(2 / 3)
+    # q2: both samples score the greedy reward: no signal
+    agent = {g["id"]: g for g in q2["groups"]}["q2/agent"]
+    assert (agent["kept"], agent["reason"], agent["baseline"]) == (False, "equal-to-baseline", 1.0)
+    # the ranker keeps GRPO's group mean: the easy group [2, 0, 5/3] as without a baseline
+    calls = {c["id"]: c for c in q1["ranker_calls"]}
+    assert calls["q1/s0/t0"]["advantage"] == pytest.approx((7 / 9) / ((31 / 27) ** 0.5 + 1e-6))
+
+    missing = write(tmp_path / "short.jsonl", [orjson.dumps(greedy[0]) + b"\n"])
+    refused = run_cli("reward", tmp_path / "g.jsonl", "--baseline", missing, "-o", tmp_path / "s.jsonl")
+    assert refused.exit_code != 0 and "no greedy baseline for question 'q2'" in refused.stderr
+    assert "short.jsonl" in refused.stderr and not (tmp_path / "s.jsonl").exists()

@@ -333,3 +333,37 @@ def test_demo_summary_says_which_models_were_updated_with_how_many_groups(tmp_pa
         "updates: agent updated in 1 of 3 iterations (iteration 1: 2 groups), ranker updated in 0 of 3 "
         "iterations (no kept group with unequal rewards)")
     assert _updates_line(tmp_path, TrainConfig(train_ranker=False)).endswith(", ranker frozen")
+
+
+def test_greedy_baseline_rolls_out_each_drawn_question_greedily_and_measures_from_it(tmp_path, tiny_model_dir,
+                                                                                     monkeypatch):
+    from cosearch_cli import train as training
+    from cosearch_cli.rewards import agent_reward, resolve_config
+
+    # the random tiny model's samples all score what its greedy answer scores (nothing): a baseline 0.5 above the
+    # greedy trajectory's reward gives every group a signal, so one drawn question is enough and the agent trains
+    real = training.rewards.greedy_rewards
+    monkeypatch.setattr(training.rewards, "greedy_rewards",
+                        lambda records, config: {q: r + 0.5 for q, r in real(records, config).items()})
+    cfg = _config(tmp_path, tiny_model_dir, iterations=1, questions_per_iteration=1, dynamic_sampling=True,
+                  max_draw=2, eval_init=False, train_ranker=False, max_new_tokens=8, agent_baseline="greedy")
+    root = training.Runner(cfg).run()
+    folder = root / "iter-0000"
+    greedy = training.read_records(folder / "baseline.jsonl")
+    scored = training.read_records(folder / "scored.jsonl", "scored")
+    assert [r.question_id for r in greedy] == [r.question_id for r in scored] and len(scored) == 1
+    assert len(greedy[0].trajectories) == 1 and greedy[0].sampling["greedy"]
+    group = next(g for g in scored[0].groups if g.role == "agent")
+    base = greedy[0].trajectories[0]
+    assert group.kept and group.baseline == agent_reward(base, greedy[0].answers, resolve_config("paper"))[0] + 0.5
+    assert [t.advantage for t in scored[0].trajectories] == [t.reward - group.baseline
+                                                             for t in scored[0].trajectories]
+    assert (folder / "agent" / "config.json").is_file()  # trained on the baseline's signal
+    row = orjson.loads((folder / "metrics.json").read_bytes())
+    assert row["train_greedy_reward"] == group.baseline
+    assert (row["samples_above_greedy"], row["samples_below_greedy"]) == (0.0, 1.0)
+
+
+def test_unknown_agent_baseline_is_refused(tmp_path, tiny_model_dir):
+    with pytest.raises(ConfigError, match="agent_baseline"):
+        _config(tmp_path, tiny_model_dir, agent_baseline="mean")

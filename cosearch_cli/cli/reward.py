@@ -5,18 +5,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Annotated, Literal
 
 import orjson
 import typer
 
 from cosearch_cli import advantages, grouping, rewards
-from cosearch_cli.artifacts import dumps, make_manifest, mark_partial
+from cosearch_cli.artifacts import Reader, dumps, make_manifest, mark_partial
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import AllowPartial, Inputs, OldRules, Output, Quiet, stderr
 from cosearch_cli.cli.group import Summary, iter_records, no_records, read_records, write_outputs
 from cosearch_cli.errors import ConfigError
 from cosearch_cli.gcpause import paused_gc
+from cosearch_cli.records import read_rollout
 
 STREAM_CHUNK = 64  # questions scored together when records stream (scale group/none)
 
@@ -132,6 +134,11 @@ def reward(
         help="Advantage scaling: group = (r - group mean) / (group std + eps) (GRPO); batch = divide by the "
              "std of all trainable rewards of that role in the input; none = r - group mean.")] = "group",
     eps: Annotated[float, typer.Option(help="Added to the std before dividing.")] = 1e-6,
+    baseline: Annotated[Path | None, typer.Option(
+        help="Greedy rollouts of the same questions (`cosearch rollout --greedy --n 1`, same models): each agent "
+             "advantage becomes reward - its question's greedy reward, unscaled (ReMax's baseline; --scale then "
+             "applies to ranker groups only), and an agent group whose members all score the greedy reward is "
+             "dropped (equal-to-baseline). Default: GRPO's group mean, as METHOD.md.")] = None,
     summary: Summary = None,
     allow_partial: AllowPartial = False,
     quiet: Quiet = False,
@@ -140,7 +147,8 @@ def reward(
     (r_rel, r_main, gamma, invalid-output penalty) and group-normalised advantages for both models.
 
     Groups of one member or whose rewards are all equal get advantage 0 and are marked not kept
-    (reason singleton / all-equal-rewards). Writes the records at stage "scored"; prints what happened to
+    (reason singleton / all-equal-rewards). With --baseline, agent advantages are measured from the greedy
+    trajectory's reward instead (ReMax). Writes the records at stage "scored"; prints what happened to
     stderr.
     """
     preset = old_preset or preset
@@ -153,6 +161,12 @@ def reward(
     if not eps >= 0:  # also NaN
         raise ConfigError(f"--eps must be >= 0, got {eps}", fix="the default is 1e-6")
     verifier_backend = _load_verifier(verifier) if config.evidence_weight > 0 else None
+    baselines, baseline_hashes = None, {}
+    if baseline is not None:
+        baseline_reader = Reader.open(baseline)
+        baselines = rewards.greedy_rewards([read_rollout(r.data, r.path, r.line) for r in baseline_reader.rows()],
+                                           config)
+        baseline_hashes = baseline_reader.hashes
     # Batch scaling needs every reward before the first advantage, so it holds the whole input; the other
     # modes are per group, so records stream through in chunks (a chunk also batches verifier prompts) and
     # only their serialised lines are kept until everything was read and checked.
@@ -170,6 +184,7 @@ def reward(
                 evidence = rewards.evidence_scores(chunk, verifier_backend, max_new_tokens=verifier_max_new_tokens)
             for i, record in enumerate(chunk):
                 rewards.score_record(record, config, evidence[i] if evidence is not None else None)
+            advantages.set_baselines(chunk, baselines, str(baseline))
             advantages.assign_advantages(chunk, mode=scale, eps=eps)
             for record in chunk:
                 lines.append(orjson.Fragment(dumps(record)[:-1]))
@@ -177,8 +192,10 @@ def reward(
                 tally.add(record)
     if not lines:
         raise no_records(inputs)
-    options = {"preset": preset, **asdict(config), "verifier": verifier, "scale": scale, "eps": eps}
-    manifest = mark_partial(make_manifest("reward", options, inputs=reader.hashes, upstream=reader.upstream),
+    options = {"preset": preset, **asdict(config), "verifier": verifier, "scale": scale, "eps": eps,
+               "baseline": "greedy" if baseline is not None else "group"}
+    manifest = mark_partial(make_manifest("reward", options, inputs={**reader.hashes, **baseline_hashes},
+                                          upstream=reader.upstream),
                             [reader])
     write_outputs(lines, groups, output, summary, manifest)
     if not quiet:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cosearch_cli.advantages import ALL_EQUAL
+from cosearch_cli.advantages import ALL_EQUAL, EQUAL_TO_BASELINE
 from cosearch_cli.errors import ModelError, RecordError
 from cosearch_cli.records import RolloutRecord
 
@@ -122,9 +122,9 @@ def training_sequences(records: Iterable[RolloutRecord], role: str) -> list[Trai
     return [seq for record in records for seq in pick(record) if seq.n_trained > 0]
 
 
-# Groups that passed grouping belong to the batch even when all their rewards are equal (advantage 0);
-# singletons and clusters under k_min never do.
-_IN_BATCH = ("", ALL_EQUAL)
+# Groups that passed grouping belong to the batch even when all their rewards are equal (or equal to their
+# baseline: advantage 0); singletons and clusters under k_min never do.
+_IN_BATCH = ("", ALL_EQUAL, EQUAL_TO_BASELINE)
 
 
 def batch_size(records: Iterable[RolloutRecord], role: str) -> tuple[int, int]:
