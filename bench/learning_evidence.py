@@ -30,7 +30,9 @@ def load(run: Path) -> list[dict]:
     return rows
 
 
-PER_ITERATION = COLUMNS + ("questions_drawn", "agent_lr", "agent_kl_heldout", "ranker_kl_heldout")
+# with agent_baseline = "greedy" (study 12) also the greedy baseline's mean reward and the samples above/below it
+PER_ITERATION = COLUMNS + ("questions_drawn", "agent_lr", "agent_kl_heldout", "ranker_kl_heldout",
+                           "train_greedy_reward", "samples_above_greedy", "samples_below_greedy")
 
 
 def per_iteration(rows: list[dict]) -> list[dict]:

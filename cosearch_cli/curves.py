@@ -16,6 +16,11 @@ PANELS = (
 )
 
 
+# Drawn dashed beside a panel's metric when a run has it: with agent_baseline = "greedy", the mean reward of the
+# greedy trajectories the samples' advantages are measured from.
+BESIDE = {"train_reward": "train_greedy_reward"}
+
+
 def training_curves(rows: Sequence[dict], path: str | Path, *, title: str = "") -> Path:
     """Draw each metric of one run against the iteration (-1 = before training)."""
     return compare_curves({title or "run": rows}, path, title=title)
@@ -51,13 +56,17 @@ def curves_figure(runs: dict[str, Sequence[dict]], *, title: str = ""):
             points = [(r["iteration"], r[key]) for r in rows if r.get(key) is not None]
             if points:
                 xs, ys = zip(*sorted(points))
-                ax.plot(xs, ys, marker="o", label=name)
+                (line,) = ax.plot(xs, ys, marker="o", label=name)
+                baseline = [(r["iteration"], r[BESIDE[key]]) for r in rows if r.get(BESIDE.get(key)) is not None]
+                if baseline:  # agent_baseline = "greedy": the greedy trajectories' reward, dashed in the same colour
+                    xs, ys = zip(*sorted(baseline))
+                    ax.plot(xs, ys, linestyle="--", marker=".", color=line.get_color(), label=f"{name}: greedy")
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("iteration")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: "init" if x == -1 else f"{x:.0f}"))
         ax.grid(alpha=0.3)
-    if len(runs) > 1:
+    if len(runs) > 1 or axes[0].get_legend_handles_labels()[1][1:]:
         axes[0].legend(fontsize=8)
     if title:
         fig.suptitle(title)

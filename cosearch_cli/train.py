@@ -955,10 +955,10 @@ class Runner:
             rolled = self.draw(folder / "rollouts.jsonl", train_questions, models, i)
         else:
             questions = iteration_questions(train_questions, c, i)
-            self.log(f"iteration {i}: rollouts of {len(questions)} questions x {c.n}")
             if c.agent_baseline == "greedy":
                 self.log(f"iteration {i}: greedy baseline rollouts of {len(questions)} questions")
                 self.rollouts(self.baseline_path(i), questions, models, greedy=True, seed=c.seed * 1000 + i)
+            self.log(f"iteration {i}: rollouts of {len(questions)} questions x {c.n}")
             rolled = self.rollouts(folder / "rollouts.jsonl", questions, models, greedy=False,
                                    seed=c.seed * 1000 + i)
         timer.add("rollout", started)

@@ -206,6 +206,7 @@ def test_sampled_gains_reads_a_comparison_and_refuses_runs_decoded_differently()
                                                                                                  [0.0, 0.5])
     assert (f["agent_em_gain"], f["ranker_hit1_before"], f["ranker_hit1_after"]) == (0.25, 0.5, 0.75)
     assert f["per_dataset_f1_gain"] == {"nq": {"questions": 4, "gain": 0.25, "ci": [0.0, 0.5]}}
+    assert f["per_hop_f1_gain"] == {"single-hop": {"questions": 4, "gain": 0.25, "ci": [0.0, 0.5]}}
     assert ("| s | 4 | temperature 0.7, 2 samples a question | 0.250 -> 0.500 | +0.250 [+0.000, +0.500] | "
             "+0.250 [+0.000, +0.750] | 95% | 0.500 -> 0.750 | 1.00 -> 1.00 |") in table({"s": f})
     with pytest.raises(SystemExit, match="decoded differently"):

@@ -50,3 +50,16 @@ def test_training_curves_have_whole_iterations_and_init_for_the_evaluation_befor
     dev = fig.axes[3]
     assert "init" in [t.get_text() for t in dev.get_xticklabels()]
     plt.close(fig)
+
+
+def test_a_greedy_baseline_run_draws_the_greedy_reward_beside_the_training_reward():
+    rows = [{"iteration": 0, "train_reward": 0.1, "train_greedy_reward": 0.2},
+            {"iteration": 1, "train_reward": 0.3, "train_greedy_reward": 0.25}]
+    fig = curves_figure({"s12": rows})
+    reward = fig.axes[0]
+    lines = {line.get_label(): line for line in reward.get_lines()}
+    assert list(lines["s12: greedy"].get_ydata()) == [0.2, 0.25]
+    assert lines["s12: greedy"].get_linestyle() == "--" and lines["s12"].get_color() == lines["s12: greedy"].get_color()
+    assert reward.get_legend() is not None
+    assert len(curves_figure({"demo": [{"iteration": 0, "train_reward": 0.1}]}).axes[0].get_lines()) == 1
+    plt.close("all")

@@ -367,3 +367,16 @@ def test_greedy_baseline_rolls_out_each_drawn_question_greedily_and_measures_fro
 def test_unknown_agent_baseline_is_refused(tmp_path, tiny_model_dir):
     with pytest.raises(ConfigError, match="agent_baseline"):
         _config(tmp_path, tiny_model_dir, agent_baseline="mean")
+
+
+def test_greedy_baseline_without_dynamic_sampling_covers_the_iterations_questions(tmp_path, tiny_model_dir):
+    from cosearch_cli import train as training
+
+    cfg = _config(tmp_path, tiny_model_dir, iterations=1, questions_per_iteration=2, eval_init=False,
+                  train_ranker=False, max_new_tokens=8, agent_baseline="greedy")
+    folder = training.Runner(cfg).run() / "iter-0000"
+    greedy = training.read_records(folder / "baseline.jsonl")
+    scored = training.read_records(folder / "scored.jsonl", "scored")
+    expected = [q.id for q in iteration_questions(training.read_questions(cfg.questions), cfg, 0)]
+    assert [r.question_id for r in greedy] == [r.question_id for r in scored] == expected
+    assert all(g.baseline is not None for r in scored for g in r.groups if g.role == "agent")
