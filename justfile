@@ -191,6 +191,12 @@ learning-study11:
 learning-study12:
     test -d runs/s12-cosearch/eval-init || ! test -f runs/s11-cosearch/eval-init/summary.json || (mkdir -p runs/s12-cosearch && cp -r runs/s11-cosearch/eval-init runs/s12-cosearch/)
     .venv/bin/cosearch train --preset cosearch --config bench/learning_study12.toml --name s12-cosearch
+    .venv/bin/python bench/gain_by_visibility.py --start runs/s12-cosearch/eval-init/rollouts.jsonl --end runs/s12-cosearch/iter-0005/eval/rollouts.jsonl --index indexes/dev-bm25 --split "study 8's 210=runs/study3/heldout.jsonl" --json runs/s12-cosearch/visibility.json
+    .venv/bin/cosearch evaluate score runs/s12-cosearch/eval-init/rollouts.jsonl runs/s12-cosearch/iter-0005/eval/rollouts.jsonl -q -o runs/s12-cosearch/vs-start.json
+    .venv/bin/cosearch evaluate score runs/s11-cosearch/iter-0005/eval/rollouts.jsonl runs/s12-cosearch/iter-0005/eval/rollouts.jsonl -q -o runs/s12-cosearch/vs-s11.json
+    .venv/bin/python bench/sampled_gains.py --pair "630 held-out, greedy: study 11's end -> study 12's end=runs/s12-cosearch/vs-s11.json" --json runs/s12-cosearch/vs-s11-figures.json
+    .venv/bin/python bench/learning_evidence.py --runs runs/s12-cosearch --png bench/results/learning_study12.png --json bench/results/learning_study12.json --extra gain_by_visibility=runs/s12-cosearch/visibility.json --extra vs_study11_end=runs/s12-cosearch/vs-s11-figures.json --title "cosearch preset, study 12: study 11 with a greedy baseline for the agent (ReMax)"
+    .venv/bin/python bench/title_copy.py runs/s12-cosearch --eval start=runs/s12-cosearch/eval-init/rollouts.jsonl --eval s12-cosearch-end=runs/s12-cosearch/iter-0005/eval/rollouts.jsonl --out bench/results/title_copy_study12.md
 
 # The rollout options of study 11's evaluations (bench/learning_study11.toml); S11_START and S11_END: its models.
 S11_ROLLOUT := "--index indexes/dev-bm25 --ranker llm --sizes cpu --max-turns 1 --top-n 5 --k 3 --max-new-tokens 64 --ranker-max-new-tokens 64 --passage-tokens 48 --question-chunk 16 --constrain agent,ranker --seed 0"
@@ -226,6 +232,19 @@ learning-study11-sampled:
     .venv/bin/cosearch evaluate score runs/s11-sampled/start.jsonl runs/s11-sampled/end.jsonl --confidence 0.9833 -q -o runs/s11-sampled/compare-983.json
     .venv/bin/cosearch evaluate score runs/s11-sampled/unseen-start.jsonl runs/s11-sampled/unseen-end.jsonl --confidence 0.9833 -q -o runs/s11-sampled/unseen-compare-983.json
     .venv/bin/python bench/sampled_gains.py --pair "630 held-out=runs/s11-sampled/compare.json" --pair "630 held-out, greedy (study 11)=runs/s11-sampled/greedy-compare.json" --pair "112 drawn in training=runs/s11-sampled/drawn-compare.json" --pair "404 of the pool never drawn=runs/s11-sampled/unseen-compare.json" --pair "630 held-out (Bonferroni, 3 comparisons)=runs/s11-sampled/compare-983.json" --pair "404 of the pool never drawn (Bonferroni, 3 comparisons)=runs/s11-sampled/unseen-compare-983.json" --extra greedy_agreement=runs/s11-sampled/agreement.json --extra gain_by_visibility=runs/s11-sampled/visibility.json --extra advantage_vs_greedy=runs/s11-sampled/advantage_vs_greedy.json --run "112 drawn in training, greedy start=runs/s11-sampled/drawn-greedy-score.json" --json bench/results/learning_study11_sampled.json
+
+# Study 12's end sampled as study 11's were (`just learning-study11-sampled`'s first comparison): the 630 held-out
+# questions at the training temperature 0.7, two samples a question, same seed, against the start's and study 11's
+# end's samples; and how often samples give the model's own greedy answer. After `just learning-study12` and `just
+# learning-study11-sampled`; ~40 min here. Results: bench/results/learning_study12_sampled.json.
+S12_END := "--agent runs/s12-cosearch/iter-0005/agent --ranker-model runs/s12-cosearch/iter-0005/ranker"
+
+learning-study12-sampled:
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/study11-split/heldout.jsonl --temperature 0.7 --n 2 {{S12_END}} -o runs/s12-cosearch/sampled-end.jsonl
+    .venv/bin/cosearch evaluate score runs/s11-sampled/start.jsonl runs/s12-cosearch/sampled-end.jsonl -q -o runs/s12-cosearch/sampled-compare.json
+    .venv/bin/cosearch evaluate score runs/s11-sampled/end.jsonl runs/s12-cosearch/sampled-end.jsonl -q -o runs/s12-cosearch/sampled-vs-s11.json
+    .venv/bin/python bench/greedy_agreement.py --start runs/s11-sampled/start.jsonl,runs/s12-cosearch/eval-init/rollouts.jsonl --end runs/s12-cosearch/sampled-end.jsonl,runs/s12-cosearch/iter-0005/eval/rollouts.jsonl --json runs/s12-cosearch/agreement.json
+    .venv/bin/python bench/sampled_gains.py --pair "630 held-out, sampled: start -> study 12's end=runs/s12-cosearch/sampled-compare.json" --pair "630 held-out, sampled: study 11's end -> study 12's end=runs/s12-cosearch/sampled-vs-s11.json" --pair "630 held-out, greedy: start -> study 12's end=runs/s12-cosearch/vs-start.json" --extra greedy_agreement=runs/s12-cosearch/agreement.json --json bench/results/learning_study12_sampled.json
 
 # Would METHOD.md's temperature 1.0, or reading 96 tokens a candidate, make the ranker sample informed departures
 # from the retriever's first? Samples study 9's start ranker on 48 of its training calls (~15 min here):
