@@ -419,9 +419,7 @@ def has_spread(record: RolloutRecord) -> bool:
     group has a baseline (agent_baseline = "greedy"), not all equal to the baseline."""
     rewards_ = [t.reward for t in record.trajectories if t.reward is not None]
     baseline = next((g.baseline for g in record.groups if g.role == grouping.AGENT), None)
-    if baseline is not None:
-        return bool(rewards_) and advantages.no_signal_from(rewards_, baseline) == ""
-    return len(rewards_) > 1 and advantages.no_signal(rewards_) == ""
+    return advantages.no_signal_from(rewards_, baseline) == ""  # no rewards, or one without a baseline: no signal
 
 
 def rollout_settings(config: TrainConfig, *, greedy: bool, seed: int, ranker: str | None = None):

@@ -12,13 +12,12 @@ import orjson
 import typer
 
 from cosearch_cli import advantages, grouping, rewards
-from cosearch_cli.artifacts import Reader, dumps, make_manifest, mark_partial
+from cosearch_cli.artifacts import dumps, make_manifest, mark_partial
 from cosearch_cli.cli import app
 from cosearch_cli.cli.common import AllowPartial, Inputs, OldRules, Output, Quiet, stderr
 from cosearch_cli.cli.group import Summary, iter_records, no_records, read_records, write_outputs
 from cosearch_cli.errors import ConfigError
 from cosearch_cli.gcpause import paused_gc
-from cosearch_cli.records import read_rollout
 
 STREAM_CHUNK = 64  # questions scored together when records stream (scale group/none)
 
@@ -162,11 +161,9 @@ def reward(
         raise ConfigError(f"--eps must be >= 0, got {eps}", fix="the default is 1e-6")
     verifier_backend = _load_verifier(verifier) if config.evidence_weight > 0 else None
     baselines, baseline_hashes = None, {}
-    if baseline is not None:
-        baseline_reader = Reader.open(baseline)
-        baselines = rewards.greedy_rewards([read_rollout(r.data, r.path, r.line) for r in baseline_reader.rows()],
-                                           config)
-        baseline_hashes = baseline_reader.hashes
+    if baseline is not None:  # the stages' checked reader: refuses an empty file, a repeated question, no trajectory
+        greedy, baseline_reader = read_records([str(baseline)], "rollout", grouping.check_rollout)
+        baselines, baseline_hashes = rewards.greedy_rewards(greedy, config), baseline_reader.hashes
     # Batch scaling needs every reward before the first advantage, so it holds the whole input; the other
     # modes are per group, so records stream through in chunks (a chunk also batches verifier prompts) and
     # only their serialised lines are kept until everything was read and checked.
