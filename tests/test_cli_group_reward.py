@@ -240,3 +240,7 @@ def test_reward_with_a_greedy_baseline(tmp_path):
     refused = run_cli("reward", tmp_path / "g.jsonl", "--baseline", missing, "-o", tmp_path / "s.jsonl")
     assert refused.exit_code != 0 and "no greedy baseline for question 'q2'" in refused.stderr
     assert "short.jsonl" in refused.stderr and not (tmp_path / "s.jsonl").exists()
+    twice = write(tmp_path / "twice.jsonl", [orjson.dumps(r) + b"\n" for r in (*greedy, greedy[0])])
+    refused = run_cli("reward", tmp_path / "g.jsonl", "--baseline", twice, "-o", tmp_path / "s.jsonl")
+    assert refused.exit_code != 0 and "question 'q1' appears twice" in refused.stderr
+    assert not (tmp_path / "s.jsonl").exists()
