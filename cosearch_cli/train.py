@@ -561,7 +561,9 @@ class Runner:
 
         The one setting that may grow is `iterations`: neither the lr schedule, nor the question order, nor the
         seeds depend on it, so a run continued to more iterations is the longer run from the start (plus the
-        held-out evaluation its old last iteration made)."""
+        held-out evaluation its old last iteration made). `name` and `out` only say where the folder is, so a
+        run folder copied under another name continues as the same run (a branch that leaves the original
+        untouched)."""
         self.paths.root.mkdir(parents=True, exist_ok=True)
         text = to_toml(self.config)
         if not self.paths.config.is_file():
@@ -570,15 +572,20 @@ class Runner:
         stored = self.paths.config.read_text()
         if stored == text:
             return
-        before = tomllib.loads(stored).get("iterations")
-        if not isinstance(before, int) or to_toml(replace(self.config, iterations=before)) != stored:
+        old = tomllib.loads(stored)
+        before = old.get("iterations")
+        where = dict(name=old.get("name"), out=old.get("out"))
+        if (not isinstance(before, int) or not all(isinstance(v, str) for v in where.values())
+                or to_toml(replace(self.config, iterations=before, **where)) != stored):
             raise ConfigError(f"{self.paths.root} holds a run with another configuration",
                               fix="resume with the same options (only --iterations may grow), or choose another --name")
         if self.config.iterations < before:
             raise ConfigError(f"{self.paths.root} holds a run of {before} iterations; --iterations "
                               f"{self.config.iterations} would shorten it",
                               fix=f"give --iterations {before} or more, or choose another --name")
-        self.log(f"continuing {self.paths.root} from {before} to {self.config.iterations} iterations")
+        copied = "" if where["name"] == self.config.name else f" (a copy of the run named {where['name']})"
+        longer = f" from {before} to {self.config.iterations} iterations" if before < self.config.iterations else ""
+        self.log(f"continuing {self.paths.root}{copied}{longer}")
         write_bytes_atomic(self.paths.config, text.encode())
 
     @property

@@ -56,3 +56,9 @@ def test_study12_differs_from_study11_only_in_the_agent_baseline():
     s11, s12, changed = differences("learning_study11.toml", "learning_study12.toml")
     assert changed == {"agent_baseline"}
     assert (s11.agent_baseline, s12.agent_baseline) == ("group", "greedy")
+
+
+def test_study13_is_study12_run_for_twice_as_many_iterations():
+    s12, s13, changed = differences("learning_study12.toml", "learning_study13.toml")
+    assert changed == {"iterations"}
+    assert (s12.iterations, s13.iterations) == (6, 12)

@@ -148,6 +148,25 @@ def test_a_finished_run_continues_to_more_iterations_as_the_longer_run(tmp_path,
         training.Runner(_config(tmp_path / "b", tiny_model_dir, iterations=1, eval_init=False)).prepare()
 
 
+def test_a_run_folder_copied_under_another_name_continues_as_that_run(tmp_path, tiny_model_dir):
+    import shutil
+
+    from cosearch_cli import train as training
+
+    training.Runner(_config(tmp_path, tiny_model_dir, name="a", iterations=1, eval_init=False)).prepare()
+    shutil.copytree(tmp_path / "runs" / "a", tmp_path / "moved" / "b")
+    messages = []
+    branch = _config(tmp_path, tiny_model_dir, name="b", out=str(tmp_path / "moved"), iterations=3, eval_init=False)
+    training.Runner(branch, log=messages.append).prepare()
+    root = tmp_path / "moved" / "b"
+    assert messages == [f"continuing {root} (a copy of the run named a) from 1 to 3 iterations"]
+    assert 'name = "b"\n' in (root / "config.toml").read_text()
+    assert 'name = "a"\n' in (tmp_path / "runs" / "a" / "config.toml").read_text()  # the original is untouched
+    with pytest.raises(ConfigError, match="another configuration"):  # a copy still refuses other options
+        training.Runner(_config(tmp_path, tiny_model_dir, name="b", out=str(tmp_path / "moved"), iterations=3,
+                                eval_init=False, lr=0.5)).prepare()
+
+
 def test_demo_flow_reuses_the_final_evaluation_for_the_oracle_study(tmp_path, tiny_model_dir):
     from cosearch_cli import train as training
     from cosearch_cli.demo import run_demo
