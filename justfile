@@ -248,6 +248,22 @@ learning-study13:
     .venv/bin/python bench/sampled_gains.py --pair "630 held-out, greedy: start -> 12 iterations=runs/s13-cosearch/vs-start.json" --pair "630 held-out, greedy: start -> 12 iterations (Bonferroni, 2 looks)=runs/s13-cosearch/vs-start-975.json" --pair "630 held-out, greedy: 6 iterations (study 12) -> 12=runs/s13-cosearch/vs-6.json" --json runs/s13-cosearch/pairs.json
     .venv/bin/python bench/learning_evidence.py --runs runs/s13-cosearch --png bench/results/learning_study13.png --json bench/results/learning_study13.json --extra pairs=runs/s13-cosearch/pairs.json --title "cosearch preset, study 13: study 12 (greedy baseline) continued to 12 iterations"
 
+# Studies 12 and 13 gained on the 630's single-hop questions (+0.021 [+0.005, +0.037], +0.025 [+0.006, +0.046];
+# post hoc, on questions looked at before). A confirmatory check on questions no study has touched: 200 dev
+# questions each of nq, triviaqa and popqa from the back of the sha1 order (every split takes from the front),
+# none a warm-up, training-pool or held-out question of studies 3-13 (bench/fresh_heldout.py), answered
+# greedily by the start and by study 13's end with study 11's rollout settings. Stated before it runs: the
+# figure is the greedy F1 gain on the 600, paired bootstrap 95% CI, one comparison. Not target (a), which is
+# stratified over all 7 datasets. After `just learning-study13`; ~40 min here.
+# Results: bench/results/learning_study13.md (bench/results/learning_study13_fresh.json).
+S13_END := "--agent runs/s13-cosearch/iter-0011/agent --ranker-model runs/s13-cosearch/iter-0011/ranker"
+learning-study13-fresh:
+    .venv/bin/python bench/fresh_heldout.py --datasets nq,triviaqa,popqa --per-dataset 200 --exclude runs/study3/warmup.jsonl --exclude runs/study3/heldout.jsonl --exclude runs/study3/train.jsonl --exclude runs/study8/train.jsonl --exclude runs/study11/train.jsonl --exclude runs/study11-split/heldout.jsonl --exclude runs/study11-split/train.jsonl --out runs/fresh/single-hop.jsonl
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/single-hop.jsonl --greedy --n 1 {{S11_START}} -o runs/fresh/start.jsonl
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/single-hop.jsonl --greedy --n 1 {{S13_END}} -o runs/fresh/s13-end.jsonl
+    .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/s13-end.jsonl -q -o runs/fresh/s13-vs-start.json
+    .venv/bin/python bench/sampled_gains.py --pair "600 fresh single-hop, greedy: start -> study 13's end=runs/fresh/s13-vs-start.json" --extra fresh_questions=runs/fresh/single-hop.manifest.json --json bench/results/learning_study13_fresh.json
+
 # Study 12's end sampled as study 11's were (`just learning-study11-sampled`'s first comparison): the 630 held-out
 # questions at the training temperature 0.7, two samples a question, same seed, against the start's and study 11's
 # end's samples; and how often samples give the model's own greedy answer. After `just learning-study12` and `just

@@ -120,3 +120,30 @@ def test_learning_split_writes_a_stratified_disjoint_heldout_set_with_a_manifest
 def sha1_order_rows(rows: list[dict]) -> list[dict]:
     order = [x.id for x in sha1_order(Question(r["id"], r["question"], r["answers"]) for r in rows)]
     return sorted(rows, key=lambda r: order.index(r["id"]))
+
+
+def test_fresh_heldout_takes_from_the_back_of_the_sha1_order_and_skips_excluded_questions(tmp_path, fixtures_dir):
+    data = tmp_path / "data"
+    (data / "dev").mkdir(parents=True)
+    rows = [orjson.loads(line) for line in (fixtures_dir / "dev.jsonl").read_bytes().splitlines()]
+    nq = [r for r in rows if r["dataset"] == "nq"]
+    (data / "dev" / "nq.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in nq))
+    back = sha1_order_rows(nq)[::-1]
+    # the last question in sha1 order by id, the next one by its text under another id
+    excluded = [back[0], dict(back[1], id="other-id", question=back[1]["question"].upper())]
+    (tmp_path / "used.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in excluded))
+    out = tmp_path / "fresh" / "q.jsonl"
+
+    def run(per_dataset: int) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / "bench" / "fresh_heldout.py"), "--data", str(data),
+                               "--datasets", "nq", "--per-dataset", str(per_dataset), "--exclude",
+                               str(tmp_path / "used.jsonl"), "--out", str(out)],
+                              capture_output=True, text=True, env=os.environ | {"PYTHONPATH": str(ROOT)})
+
+    result = run(3)
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [r["id"] for r in back[2:5]]
+    manifest = json.loads(out.with_name("q.manifest.json").read_text())
+    assert manifest["datasets"] == {"nq": {"questions": len(nq), "excluded": 2, "drawn": 3}}
+    result = run(len(nq) - 1)
+    assert result.returncode != 0 and f"nq: only {len(nq) - 2} questions left" in result.stderr
