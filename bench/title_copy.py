@@ -19,6 +19,7 @@ is loaded.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -127,7 +128,7 @@ def main() -> None:
     lines = ["# Title copies and question repeats in the trajectories training reinforced "
              "(issue 14 learning studies)", "",
              "Command: `.venv/bin/python bench/title_copy.py " + " ".join(str(r) for r in args.runs)
-             + "".join(f" --eval {e}" for e in args.eval)
+             + "".join(f" --eval {shlex.quote(e)}" for e in args.eval)
              + (f" --out {args.out}" if args.out else "") + "` (reads the runs' rollouts; no model, no timing).", "",
              "A trajectory copies a title when its normalised answer equals the normalised title of a passage it "
              "was shown. It repeats the question when its normalised answer has at least 4 words and at least 80% of "

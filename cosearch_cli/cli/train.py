@@ -63,7 +63,8 @@ def train(
     Artifacts of iteration i go to <out>/<name>/iter-NNNN/; metrics.parquet and curves.png sum up the run.
     Killed and started again with the same options, it continues from the last finished step and gives the
     same result as an uninterrupted run. A finished run continues with a larger --iterations (the one option
-    that may change): the longer run from the start, plus the evaluation its old last iteration made.
+    that may change): the longer run from the start, plus the evaluation its old last iteration made. A run
+    folder copied under another --name (or --out) continues the same way, leaving the original untouched.
     Prints the final metrics row as JSON on stdout.
     """
     cfg = training.load_config(config, preset=preset or (None if config else "demo"), name=name, out=out,
