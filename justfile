@@ -247,6 +247,7 @@ learning-study13:
     .venv/bin/cosearch evaluate score runs/s13-cosearch/iter-0005/eval/rollouts.jsonl runs/s13-cosearch/iter-0011/eval/rollouts.jsonl -q -o runs/s13-cosearch/vs-6.json
     .venv/bin/python bench/sampled_gains.py --pair "630 held-out, greedy: start -> 12 iterations=runs/s13-cosearch/vs-start.json" --pair "630 held-out, greedy: start -> 12 iterations (Bonferroni, 2 looks)=runs/s13-cosearch/vs-start-975.json" --pair "630 held-out, greedy: 6 iterations (study 12) -> 12=runs/s13-cosearch/vs-6.json" --json runs/s13-cosearch/pairs.json
     .venv/bin/python bench/learning_evidence.py --runs runs/s13-cosearch --png bench/results/learning_study13.png --json bench/results/learning_study13.json --extra pairs=runs/s13-cosearch/pairs.json --title "cosearch preset, study 13: study 12 (greedy baseline) continued to 12 iterations"
+    .venv/bin/python bench/title_copy.py runs/s13-cosearch --eval start=runs/s13-cosearch/eval-init/rollouts.jsonl --eval "6 iterations (study 12)=runs/s13-cosearch/iter-0005/eval/rollouts.jsonl" --eval "12 iterations=runs/s13-cosearch/iter-0011/eval/rollouts.jsonl" --out bench/results/title_copy_study13.md
 
 # Studies 12 and 13 gained on the 630's single-hop questions (+0.021 [+0.005, +0.037], +0.025 [+0.006, +0.046];
 # post hoc, on questions looked at before). A confirmatory check on questions no study has touched: 200 dev
