@@ -258,8 +258,10 @@ learning-study13:
 # stratified over all 7 datasets. After `just learning-study13`; ~40 min here.
 # Results: bench/results/learning_study13.md (bench/results/learning_study13_fresh.json).
 S13_END := "--agent runs/s13-cosearch/iter-0011/agent --ranker-model runs/s13-cosearch/iter-0011/ranker"
+# Every question file of studies 3-13 (warm-ups, training pools, held-out sets): no fresh question is one of them.
+FRESH_EXCLUDE := "--exclude runs/study3/warmup.jsonl --exclude runs/study3/heldout.jsonl --exclude runs/study3/train.jsonl --exclude runs/study8/train.jsonl --exclude runs/study11/train.jsonl --exclude runs/study11-split/heldout.jsonl --exclude runs/study11-split/train.jsonl"
 learning-study13-fresh:
-    .venv/bin/python bench/fresh_heldout.py --datasets nq,triviaqa,popqa --per-dataset 200 --exclude runs/study3/warmup.jsonl --exclude runs/study3/heldout.jsonl --exclude runs/study3/train.jsonl --exclude runs/study8/train.jsonl --exclude runs/study11/train.jsonl --exclude runs/study11-split/heldout.jsonl --exclude runs/study11-split/train.jsonl --out runs/fresh/single-hop.jsonl
+    .venv/bin/python bench/fresh_heldout.py --datasets nq,triviaqa,popqa --per-dataset 200 {{FRESH_EXCLUDE}} --out runs/fresh/single-hop.jsonl
     .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/single-hop.jsonl --greedy --n 1 {{S11_START}} -o runs/fresh/start.jsonl
     .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/single-hop.jsonl --greedy --n 1 {{S13_END}} -o runs/fresh/s13-end.jsonl
     .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/s13-end.jsonl -q -o runs/fresh/s13-vs-start.json
@@ -271,7 +273,7 @@ learning-study13-fresh:
 # change on the 400, paired bootstrap 95% CI, one comparison, no direction assumed. ~25 min here.
 # Results: bench/results/learning_study13.md (bench/results/learning_study13_fresh_multihop.json).
 learning-study13-fresh-multihop:
-    .venv/bin/python bench/fresh_heldout.py --datasets hotpotqa,2wikimultihopqa --per-dataset 200 --exclude runs/study3/warmup.jsonl --exclude runs/study3/heldout.jsonl --exclude runs/study3/train.jsonl --exclude runs/study8/train.jsonl --exclude runs/study11/train.jsonl --exclude runs/study11-split/heldout.jsonl --exclude runs/study11-split/train.jsonl --out runs/fresh/multi-hop.jsonl
+    .venv/bin/python bench/fresh_heldout.py --datasets hotpotqa,2wikimultihopqa --per-dataset 200 {{FRESH_EXCLUDE}} --out runs/fresh/multi-hop.jsonl
     .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/multi-hop.jsonl --greedy --n 1 {{S11_START}} -o runs/fresh/multi-hop-start.jsonl
     .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/multi-hop.jsonl --greedy --n 1 {{S13_END}} -o runs/fresh/multi-hop-s13-end.jsonl
     .venv/bin/cosearch evaluate score runs/fresh/multi-hop-start.jsonl runs/fresh/multi-hop-s13-end.jsonl -q -o runs/fresh/multi-hop-s13-vs-start.json
