@@ -292,6 +292,29 @@ learning-study12-sampled:
     .venv/bin/python bench/greedy_agreement.py --start runs/s11-sampled/start.jsonl,runs/s12-cosearch/eval-init/rollouts.jsonl --end runs/s12-cosearch/sampled-end.jsonl,runs/s12-cosearch/iter-0005/eval/rollouts.jsonl --json runs/s12-cosearch/agreement.json
     .venv/bin/python bench/sampled_gains.py --pair "630 held-out, sampled: start -> study 12's end=runs/s12-cosearch/sampled-compare.json" --pair "630 held-out, sampled: study 11's end -> study 12's end=runs/s12-cosearch/sampled-vs-s11.json" --pair "630 held-out, greedy: start -> study 12's end=runs/s12-cosearch/vs-start.json" --extra greedy_agreement=runs/s12-cosearch/agreement.json --json bench/results/learning_study12_sampled.json
 
+# Study 14 (issue 14): study 12 with seed 1, a replication (bench/learning_study14.toml, stated before the run).
+# The start's evaluation on the 630 is study 11's, copied (greedy: the seed does not change it). Stated figures:
+# the end's greedy F1 gain over the start on the 600 fresh single-hop questions of `just learning-study13-fresh`
+# (replication of study 13's +0.024), and on the 630 (target a), each a paired bootstrap 95% CI. Described
+# beside them: study 12's end (seed 0) on the same 600, the two seeds' ends against each other, and seed 1's end
+# on the 400 fresh multi-hop questions. After `just learning-study12` and `just learning-study13-fresh`
+# (`-multihop`); ~1.7 h here. Results: bench/results/learning_study14.md.
+S14_END := "--agent runs/s14-cosearch/iter-0005/agent --ranker-model runs/s14-cosearch/iter-0005/ranker"
+learning-study14:
+    test -d runs/s14-cosearch/eval-init || ! test -f runs/s11-cosearch/eval-init/summary.json || (mkdir -p runs/s14-cosearch && cp -r runs/s11-cosearch/eval-init runs/s14-cosearch/)
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study14.toml --name s14-cosearch
+    .venv/bin/cosearch evaluate score runs/s14-cosearch/eval-init/rollouts.jsonl runs/s14-cosearch/iter-0005/eval/rollouts.jsonl -q -o runs/s14-cosearch/vs-start.json
+    .venv/bin/cosearch evaluate score runs/s12-cosearch/iter-0005/eval/rollouts.jsonl runs/s14-cosearch/iter-0005/eval/rollouts.jsonl -q -o runs/s14-cosearch/vs-s12.json
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/single-hop.jsonl --greedy --n 1 {{S14_END}} -o runs/fresh/s14-end.jsonl
+    .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/s14-end.jsonl -q -o runs/fresh/s14-vs-start.json
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/single-hop.jsonl --greedy --n 1 {{S12_END}} -o runs/fresh/s12-end.jsonl
+    .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/s12-end.jsonl -q -o runs/fresh/s12-vs-start.json
+    .venv/bin/cosearch evaluate score runs/fresh/s12-end.jsonl runs/fresh/s14-end.jsonl -q -o runs/fresh/s14-vs-s12.json
+    .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/multi-hop.jsonl --greedy --n 1 {{S14_END}} -o runs/fresh/multi-hop-s14-end.jsonl
+    .venv/bin/cosearch evaluate score runs/fresh/multi-hop-start.jsonl runs/fresh/multi-hop-s14-end.jsonl -q -o runs/fresh/multi-hop-s14-vs-start.json
+    .venv/bin/python bench/sampled_gains.py --pair "600 fresh single-hop, greedy: start -> study 14's end (seed 1)=runs/fresh/s14-vs-start.json" --pair "630 held-out, greedy: start -> study 14's end (seed 1)=runs/s14-cosearch/vs-start.json" --pair "600 fresh single-hop, greedy: start -> study 12's end (seed 0)=runs/fresh/s12-vs-start.json" --pair "600 fresh single-hop, greedy: study 12's end (seed 0) -> study 14's end (seed 1)=runs/fresh/s14-vs-s12.json" --pair "630 held-out, greedy: study 12's end (seed 0) -> study 14's end (seed 1)=runs/s14-cosearch/vs-s12.json" --pair "400 fresh multi-hop, greedy: start -> study 14's end (seed 1)=runs/fresh/multi-hop-s14-vs-start.json" --json runs/s14-cosearch/pairs.json
+    .venv/bin/python bench/learning_evidence.py --runs runs/s14-cosearch --png bench/results/learning_study14.png --json bench/results/learning_study14.json --extra pairs=runs/s14-cosearch/pairs.json --title "cosearch preset, study 14: study 12 with seed 1"
+
 # Would METHOD.md's temperature 1.0, or reading 96 tokens a candidate, make the ranker sample informed departures
 # from the retriever's first? Samples study 9's start ranker on 48 of its training calls (~15 min here):
 # bench/results/ranker_exploration.json. After `just learning-study9`.

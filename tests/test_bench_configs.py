@@ -62,3 +62,9 @@ def test_study13_is_study12_run_for_twice_as_many_iterations():
     s12, s13, changed = differences("learning_study12.toml", "learning_study13.toml")
     assert changed == {"iterations"}
     assert (s12.iterations, s13.iterations) == (6, 12)
+
+
+def test_study14_is_study12_with_another_seed():
+    s12, s14, changed = differences("learning_study12.toml", "learning_study14.toml")
+    assert changed == {"seed"}
+    assert (s12.seed, s14.seed) == (0, 1)
