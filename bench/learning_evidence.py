@@ -3,6 +3,8 @@ with --json the held-out figures of each run with paired bootstrap 95% CIs (cose
 before/after on the run's dev questions, and the ranker's Hit@1 on one shared set of fixed held-out ranker calls
 (those of the first run with an LLM ranker, from its evaluation before training) for the ranker the run started
 from and the one it ended with (search-r1 shows the retriever's order), against the retriever's order.
+A checkpoint's re-ranking of those calls is kept in runs/.rerank-cache/ (keyed by its weights, the calls, their
+passages and the settings) and reused by later runs from the same start (~7 min a ranker at 630 questions here).
 
     .venv/bin/python bench/learning_evidence.py --runs runs/learn-search-r1 runs/learn-fixed-ranker \
         runs/learn-cosearch --png bench/results/learning_curves.png --json bench/results/learning_evidence.json
@@ -77,16 +79,59 @@ def table(rows: list[dict]) -> str:
 
 
 _RERANKED: dict[tuple[str, bool], list] = {}
+# Files of a checkpoint that decide what it writes (not its optimizer state or the manifests with timestamps).
+MODEL_FILES = ("*.safetensors", "config.json", "generation_config.json", "tokenizer*.json", "special_tokens_map.json",
+               "chat_template.jinja", "vocab.json", "merges.txt")
+RERANK_CACHE = Path("runs/.rerank-cache")
 
 
-def reranked(runner, calls, model: str, constrained: bool) -> list:
-    """A ranker model's scores on the shared calls, computed once per model across runs."""
-    from cosearch_cli.ranker_quality import rerank
+def rerank_key(calls, docs, model: str, constrained: bool) -> str | None:
+    """What re-ranking the calls with `model` depends on, hashed: the checkpoint's weights, config and tokenizer,
+    the calls (questions, candidates, their passages' text), the rollout's ranker settings, the constraint and
+    cosearch's version. None for a model that is no local folder (a name such as smollm2): not cached."""
+    import hashlib
+
+    from cosearch_cli.artifacts import file_sha256, package_versions
+
+    folder = Path(model)
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    files = sorted({f for pattern in MODEL_FILES for f in folder.glob(pattern) if f.is_file()})
+    for f in files:
+        digest.update(f"{f.name}={file_sha256(f)}\n".encode())
+    ids = list(dict.fromkeys(pid for _, call in calls.pairs for pid in call.candidate_ids))
+    digest.update(orjson.dumps({
+        "calls": [[r.question_id, r.question, r.answers, r.dataset, c.id, c.candidate_ids, c.candidate_has_answer]
+                  for r, c in calls.pairs],
+        "passages": [[p.title, p.text] for p in docs.get(ids)],
+        "settings": repr(calls.config), "constrained": constrained,
+        "cosearch": package_versions().get("cosearch")}))
+    return digest.hexdigest()
+
+
+def reranked(runner, calls, model: str, constrained: bool, cache: Path | None = RERANK_CACHE) -> list:
+    """A ranker model's scores on the shared calls, computed once per model across runs and, for a checkpoint
+    folder, kept in `cache` (one JSON per key of `rerank_key`) so later studies of the same start reuse them."""
+    from dataclasses import asdict
+
+    from cosearch_cli.artifacts import write_bytes_atomic
+    from cosearch_cli.ranker_quality import CallScore, rerank
 
     key = (str(Path(model).resolve()) if Path(model).exists() else model, constrained)
-    if key not in _RERANKED:
-        print(f"re-ranking {len(calls.pairs)} held-out calls with {model}", flush=True)
-        _RERANKED[key] = rerank(calls, runner.backend(model), runner.index.docs, constrained=constrained)
+    if key in _RERANKED:
+        return _RERANKED[key]
+    digest = rerank_key(calls, runner.index.docs, model, constrained) if cache is not None else None
+    stored = cache / f"{digest}.json" if digest else None
+    if stored is not None and stored.is_file():
+        print(f"re-ranked {len(calls.pairs)} held-out calls with {model}: reused {stored}", flush=True)
+        _RERANKED[key] = [CallScore(**row) for row in orjson.loads(stored.read_bytes())]
+        return _RERANKED[key]
+    print(f"re-ranking {len(calls.pairs)} held-out calls with {model}", flush=True)
+    _RERANKED[key] = rerank(calls, runner.backend(model), runner.index.docs, constrained=constrained)
+    if stored is not None:
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(stored, orjson.dumps([asdict(s) for s in _RERANKED[key]]))
     return _RERANKED[key]
 
 
