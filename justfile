@@ -315,6 +315,18 @@ learning-study14:
     .venv/bin/python bench/sampled_gains.py --pair "600 fresh single-hop, greedy: start -> study 14's end (seed 1)=runs/fresh/s14-vs-start.json" --pair "630 held-out, greedy: start -> study 14's end (seed 1)=runs/s14-cosearch/vs-start.json" --pair "600 fresh single-hop, greedy: start -> study 12's end (seed 0)=runs/fresh/s12-vs-start.json" --pair "600 fresh single-hop, greedy: study 12's end (seed 0) -> study 14's end (seed 1)=runs/fresh/s14-vs-s12.json" --pair "630 held-out, greedy: study 12's end (seed 0) -> study 14's end (seed 1)=runs/s14-cosearch/vs-s12.json" --pair "400 fresh multi-hop, greedy: start -> study 14's end (seed 1)=runs/fresh/multi-hop-s14-vs-start.json" --json runs/s14-cosearch/pairs.json
     .venv/bin/python bench/learning_evidence.py --runs runs/s14-cosearch --png bench/results/learning_study14.png --json bench/results/learning_study14.json --extra pairs=runs/s14-cosearch/pairs.json --title "cosearch preset, study 14: study 12 with seed 1"
 
+# Checks added after study 14's stated figures were in (post hoc, described, not judged): how close the fresh
+# single-hop figure's lower bound is to 0 (10,000 bootstrap replicates, four bootstrap seeds), what iterations 6-12
+# added on the fresh questions (study 12's end -> study 13's), and the two seeds' 6-iteration ends pooled per
+# question (bench/pool_runs.py). No model is loaded; seconds. Results: bench/results/learning_study14.md
+# (bench/results/learning_study14_checks.json).
+learning-study14-checks:
+    for s in 0 1 2 3; do .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/s14-end.jsonl --bootstrap 10000 --seed $s -q -o runs/fresh/s14-vs-start-10k-$s.json; done
+    .venv/bin/cosearch evaluate score runs/fresh/s12-end.jsonl runs/fresh/s13-end.jsonl -q -o runs/fresh/s13-vs-s12.json
+    .venv/bin/python bench/pool_runs.py runs/fresh/s12-end.jsonl runs/fresh/s14-end.jsonl -o runs/fresh/seeds-6it.jsonl
+    .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/seeds-6it.jsonl -q -o runs/fresh/seeds-6it-vs-start.json
+    .venv/bin/python bench/sampled_gains.py --pair "600 fresh single-hop, greedy: start -> study 14's end, 10,000 replicates, bootstrap seed 0=runs/fresh/s14-vs-start-10k-0.json" --pair "600 fresh single-hop, greedy: start -> study 14's end, 10,000 replicates, bootstrap seed 1=runs/fresh/s14-vs-start-10k-1.json" --pair "600 fresh single-hop, greedy: start -> study 14's end, 10,000 replicates, bootstrap seed 2=runs/fresh/s14-vs-start-10k-2.json" --pair "600 fresh single-hop, greedy: start -> study 14's end, 10,000 replicates, bootstrap seed 3=runs/fresh/s14-vs-start-10k-3.json" --pair "600 fresh single-hop, greedy: study 12's end (6 iterations) -> study 13's end (12)=runs/fresh/s13-vs-s12.json" --pair "600 fresh single-hop, greedy: start -> mean of the two seeds' 6-iteration ends=runs/fresh/seeds-6it-vs-start.json" --json bench/results/learning_study14_checks.json
+
 # Would METHOD.md's temperature 1.0, or reading 96 tokens a candidate, make the ranker sample informed departures
 # from the retriever's first? Samples study 9's start ranker on 48 of its training calls (~15 min here):
 # bench/results/ranker_exploration.json. After `just learning-study9`.
