@@ -68,3 +68,9 @@ def test_study14_is_study12_with_another_seed():
     s12, s14, changed = differences("learning_study12.toml", "learning_study14.toml")
     assert changed == {"seed"}
     assert (s12.seed, s14.seed) == (0, 1)
+
+
+def test_study15_is_study14_run_for_twice_as_many_iterations():
+    s14, s15, changed = differences("learning_study14.toml", "learning_study15.toml")
+    assert changed == {"iterations"}
+    assert (s14.iterations, s15.iterations, s15.seed) == (6, 12, 1)
