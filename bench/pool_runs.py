@@ -8,7 +8,8 @@
 pooled file gives the change of the models' mean F1 per question, with a paired bootstrap over questions: the
 seeds' average gain, its interval reflecting the questions' variation, not the seeds' (two seeds cannot give
 that). Every input must hold one trajectory per question and the same questions, or the script stops naming
-the file and question. Writes the pooled JSONL (question order of the first input; trajectory i comes from
+the file and question; a malformed line or record stops it naming the file, line and fix, as the CLI's
+readers do. Writes the pooled JSONL (question order of the first input; trajectory i comes from
 input i, renumbered `sample` i) and its manifest (inputs' sha256).
 """
 
@@ -49,9 +50,22 @@ def pool(runs: list[list[dict]], names: list[str]) -> list[dict]:
     return pooled
 
 
+def read_run(path: str) -> list[dict]:
+    """The records of one rollout file as dicts, each checked as `cosearch evaluate` would read it."""
+    from cosearch_cli.artifacts import Reader
+    from cosearch_cli.records import read_rollout
+
+    records = []
+    for row in Reader.open(path).rows():
+        read_rollout(row.data, row.path, row.line)
+        records.append(row.data)
+    return records
+
+
 def main(argv: list[str] | None = None) -> None:
     from cosearch_cli.artifacts import file_sha256, make_manifest, manifest_path, write_bytes_atomic, \
         write_json_atomic
+    from cosearch_cli.errors import CosearchError
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="greedy rollout JSONL files of the same questions")
@@ -59,7 +73,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if len(args.runs) < 2:
         parser.error("pool two or more rollout files")
-    runs = [[orjson.loads(line) for line in Path(p).read_bytes().splitlines() if line.strip()] for p in args.runs]
+    try:
+        runs = [read_run(p) for p in args.runs]
+    except CosearchError as exc:
+        raise SystemExit(f"error: {exc}") from None
     pooled = pool(runs, args.runs)
     write_bytes_atomic(args.output, b"".join(orjson.dumps(r) + b"\n" for r in pooled))
     write_json_atomic(manifest_path(args.output), make_manifest(

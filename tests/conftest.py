@@ -68,6 +68,18 @@ def tiny_dir(tmp_path_factory, tiny_lm):
     return folder
 
 
+class TextDocs:
+    """A stand-in passage store for bench helpers: ids map to texts, each passage titled "title <id>"."""
+
+    def __init__(self, texts: dict[str, str]):
+        self.texts = texts
+
+    def get(self, ids):
+        from cosearch_cli.records import Passage
+
+        return [Passage(i, f"title {i}", self.texts[i]) for i in ids]
+
+
 class ForceText:
     """A test Constraint that allows exactly one token sequence (a stand-in for real grammars)."""
 

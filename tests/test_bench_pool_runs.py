@@ -59,3 +59,17 @@ def test_pooling_refuses_different_questions_or_sampled_rollouts(tmp_path):
     with pytest.raises(SystemExit, match="has 2 trajectories; pool greedy rollouts"):
         pool_runs.main([c, a, "-o", str(tmp_path / "y.jsonl")])
     assert not (tmp_path / "x.jsonl").exists() and not (tmp_path / "y.jsonl").exists()
+
+
+def test_a_malformed_line_or_record_stops_pooling_naming_file_and_line(tmp_path):
+    good = write(tmp_path / "good.jsonl", [greedy("q1", ["Paris"], "Paris"), greedy("q2", ["Bob Dylan"], "Dylan")])
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(orjson.dumps(greedy("q1", ["Paris"], "Paris")) + b"\n{\"question_id\": \"q2\",\n")
+    with pytest.raises(SystemExit, match=r"broken\.jsonl:2: not valid JSON"):
+        pool_runs.main([good, str(broken), "-o", str(tmp_path / "x.jsonl")])
+    no_trajectories = greedy("q2", ["Bob Dylan"], "Dylan")
+    del no_trajectories["trajectories"]
+    lacking = write(tmp_path / "lacking.jsonl", [greedy("q1", ["Paris"], "Paris"), no_trajectories])
+    with pytest.raises(SystemExit, match=r"lacking\.jsonl:2: .*trajectories"):
+        pool_runs.main([good, lacking, "-o", str(tmp_path / "y.jsonl")])
+    assert not (tmp_path / "x.jsonl").exists() and not (tmp_path / "y.jsonl").exists()

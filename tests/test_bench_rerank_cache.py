@@ -8,20 +8,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import cosearch_cli.ranker_quality as ranker_quality
-from conftest import ROOT
+from conftest import ROOT, TextDocs as Docs
 from cosearch_cli.ranker_quality import CallScore
-from cosearch_cli.records import Passage
 
 sys.path.insert(0, str(ROOT / "bench"))
 import learning_evidence as evidence  # noqa: E402
-
-
-class Docs:
-    def __init__(self, texts: dict[str, str]):
-        self.texts = texts
-
-    def get(self, ids):
-        return [Passage(i, f"title {i}", self.texts[i]) for i in ids]
 
 
 def setup(tmp_path: Path, monkeypatch):

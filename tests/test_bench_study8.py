@@ -8,21 +8,13 @@ from types import SimpleNamespace as NS
 import orjson
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, TextDocs as Docs
 
 sys.path.insert(0, str(ROOT / "bench"))
 from gain_by_visibility import read_split, shown_ids, subsets  # noqa: E402
 from learning_evidence import embed  # noqa: E402
 from ranker_room import room  # noqa: E402
 from test_answerable_pool import WordTokenizer  # noqa: E402
-
-
-class Docs:
-    def __init__(self, texts):
-        self.texts = texts
-
-    def get(self, ids):
-        return [NS(id=i, text=self.texts[i]) for i in ids]
 
 
 def record(qid, answers, *observations):
