@@ -233,13 +233,19 @@ learning-study11-sampled:
     .venv/bin/cosearch evaluate score runs/s11-sampled/unseen-start.jsonl runs/s11-sampled/unseen-end.jsonl --confidence 0.9833 -q -o runs/s11-sampled/unseen-compare-983.json
     .venv/bin/python bench/sampled_gains.py --pair "630 held-out=runs/s11-sampled/compare.json" --pair "630 held-out, greedy (study 11)=runs/s11-sampled/greedy-compare.json" --pair "112 drawn in training=runs/s11-sampled/drawn-compare.json" --pair "404 of the pool never drawn=runs/s11-sampled/unseen-compare.json" --pair "630 held-out (Bonferroni, 3 comparisons)=runs/s11-sampled/compare-983.json" --pair "404 of the pool never drawn (Bonferroni, 3 comparisons)=runs/s11-sampled/unseen-compare-983.json" --extra greedy_agreement=runs/s11-sampled/agreement.json --extra gain_by_visibility=runs/s11-sampled/visibility.json --extra advantage_vs_greedy=runs/s11-sampled/advantage_vs_greedy.json --run "112 drawn in training, greedy start=runs/s11-sampled/drawn-greedy-score.json" --json bench/results/learning_study11_sampled.json
 
+# A copy of a finished 6-iteration run's folder (config, eval-init, iterations 0-5), for a longer run to continue
+# (studies 13 and 15): skipped when `dst` exists (a continued run resumes from its last finished step) or `src`
+# lacks its sixth iteration (then the longer run trains from the start).
+_continue-copy src dst:
+    test -d {{dst}} || ! test -f {{src}}/iter-0005/metrics.json || (mkdir -p {{dst}} && cp -r {{src}}/config.toml {{src}}/eval-init {{src}}/iter-000[0-5] {{dst}}/)
+
 # Study 13 (issue 14, target a): study 12 continued to 12 iterations (bench/learning_study13.toml, stated before
 # the run). When study 12's run folder holds its 6 finished iterations, a copy of it is continued (they are this
 # run's first 6: neither the lr schedule, the question order nor the seeds depend on `iterations`), ~1.2 h here;
 # otherwise the whole run, ~2.5 h. Target (a) is judged on the 97.5% CI (second look at the 630). Results:
 # bench/results/learning_study13.md.
 learning-study13:
-    test -d runs/s13-cosearch || ! test -f runs/s12-cosearch/iter-0005/metrics.json || (mkdir -p runs/s13-cosearch && cp -r runs/s12-cosearch/config.toml runs/s12-cosearch/eval-init runs/s12-cosearch/iter-0000 runs/s12-cosearch/iter-0001 runs/s12-cosearch/iter-0002 runs/s12-cosearch/iter-0003 runs/s12-cosearch/iter-0004 runs/s12-cosearch/iter-0005 runs/s13-cosearch/)
+    .venv/bin/just _continue-copy runs/s12-cosearch runs/s13-cosearch
     test -d runs/s13-cosearch/eval-init || ! test -f runs/s11-cosearch/eval-init/summary.json || (mkdir -p runs/s13-cosearch && cp -r runs/s11-cosearch/eval-init runs/s13-cosearch/)
     .venv/bin/cosearch train --preset cosearch --config bench/learning_study13.toml --name s13-cosearch
     .venv/bin/cosearch evaluate score runs/s13-cosearch/eval-init/rollouts.jsonl runs/s13-cosearch/iter-0011/eval/rollouts.jsonl -q -o runs/s13-cosearch/vs-start.json
@@ -334,7 +340,7 @@ learning-study14-checks:
 # and the 630) are judged on the 97.5% CI (second look for this run). Results: bench/results/learning_study15.md.
 S15_END := "--agent runs/s15-cosearch/iter-0011/agent --ranker-model runs/s15-cosearch/iter-0011/ranker"
 learning-study15:
-    test -d runs/s15-cosearch || ! test -f runs/s14-cosearch/iter-0005/metrics.json || (mkdir -p runs/s15-cosearch && cp -r runs/s14-cosearch/config.toml runs/s14-cosearch/eval-init runs/s14-cosearch/iter-0000 runs/s14-cosearch/iter-0001 runs/s14-cosearch/iter-0002 runs/s14-cosearch/iter-0003 runs/s14-cosearch/iter-0004 runs/s14-cosearch/iter-0005 runs/s15-cosearch/)
+    .venv/bin/just _continue-copy runs/s14-cosearch runs/s15-cosearch
     .venv/bin/cosearch train --preset cosearch --config bench/learning_study15.toml --name s15-cosearch
     .venv/bin/cosearch evaluate score runs/s15-cosearch/eval-init/rollouts.jsonl runs/s15-cosearch/iter-0011/eval/rollouts.jsonl -q -o runs/s15-cosearch/vs-start.json
     .venv/bin/cosearch evaluate score runs/s15-cosearch/eval-init/rollouts.jsonl runs/s15-cosearch/iter-0011/eval/rollouts.jsonl --confidence 0.975 -q -o runs/s15-cosearch/vs-start-975.json
