@@ -356,6 +356,19 @@ learning-study15:
     .venv/bin/python bench/sampled_gains.py --pair "600 fresh single-hop, greedy: start -> study 15's end (seed 1, 12 iterations)=runs/fresh/s15-vs-start.json" --pair "600 fresh single-hop, greedy: start -> study 15's end (Bonferroni, 2 looks)=runs/fresh/s15-vs-start-975.json" --pair "630 held-out, greedy: start -> study 15's end=runs/s15-cosearch/vs-start.json" --pair "630 held-out, greedy: start -> study 15's end (Bonferroni, 2 looks)=runs/s15-cosearch/vs-start-975.json" --pair "630 held-out, greedy: 6 iterations (study 14) -> 12=runs/s15-cosearch/vs-6.json" --pair "600 fresh single-hop, greedy: 6 iterations (study 14) -> 12=runs/fresh/s15-vs-s14.json" --pair "630 held-out, greedy: study 13's end (seed 0) -> study 15's end (seed 1)=runs/s15-cosearch/vs-s13.json" --pair "600 fresh single-hop, greedy: study 13's end (seed 0) -> study 15's end (seed 1)=runs/fresh/s15-vs-s13.json" --pair "400 fresh multi-hop, greedy: start -> study 15's end=runs/fresh/multi-hop-s15-vs-start.json" --json runs/s15-cosearch/pairs.json
     .venv/bin/python bench/learning_evidence.py --runs runs/s15-cosearch --png bench/results/learning_study15.png --json bench/results/learning_study15.json --extra pairs=runs/s15-cosearch/pairs.json --title "cosearch preset, study 15: study 14 (seed 1) continued to 12 iterations"
 
+# Checks beside study 15's stated figures (described, not judged; seconds, no model loaded): the two seeds'
+# 12-iteration ends (studies 13 and 15) pooled per question (bench/pool_runs.py) against the start, on the 600
+# fresh single-hop, the 400 fresh multi-hop and the 630 held-out questions. After `just learning-study15`.
+# Results: bench/results/learning_study15.md (bench/results/learning_study15_checks.json).
+learning-study15-checks:
+    .venv/bin/python bench/pool_runs.py runs/fresh/s13-end.jsonl runs/fresh/s15-end.jsonl -o runs/fresh/seeds-12it.jsonl
+    .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/seeds-12it.jsonl -q -o runs/fresh/seeds-12it-vs-start.json
+    .venv/bin/python bench/pool_runs.py runs/fresh/multi-hop-s13-end.jsonl runs/fresh/multi-hop-s15-end.jsonl -o runs/fresh/multi-hop-seeds-12it.jsonl
+    .venv/bin/cosearch evaluate score runs/fresh/multi-hop-start.jsonl runs/fresh/multi-hop-seeds-12it.jsonl -q -o runs/fresh/multi-hop-seeds-12it-vs-start.json
+    .venv/bin/python bench/pool_runs.py runs/s13-cosearch/iter-0011/eval/rollouts.jsonl runs/s15-cosearch/iter-0011/eval/rollouts.jsonl -o runs/s15-cosearch/seeds-12it.jsonl
+    .venv/bin/cosearch evaluate score runs/s15-cosearch/eval-init/rollouts.jsonl runs/s15-cosearch/seeds-12it.jsonl -q -o runs/s15-cosearch/seeds-12it-vs-start.json
+    .venv/bin/python bench/sampled_gains.py --pair "600 fresh single-hop, greedy: start -> mean of the two seeds' 12-iteration ends=runs/fresh/seeds-12it-vs-start.json" --pair "400 fresh multi-hop, greedy: start -> mean of the two seeds' 12-iteration ends=runs/fresh/multi-hop-seeds-12it-vs-start.json" --pair "630 held-out, greedy: start -> mean of the two seeds' 12-iteration ends=runs/s15-cosearch/seeds-12it-vs-start.json" --json bench/results/learning_study15_checks.json
+
 # Would METHOD.md's temperature 1.0, or reading 96 tokens a candidate, make the ranker sample informed departures
 # from the retriever's first? Samples study 9's start ranker on 48 of its training calls (~15 min here):
 # bench/results/ranker_exploration.json. After `just learning-study9`.
