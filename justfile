@@ -233,11 +233,11 @@ learning-study11-sampled:
     .venv/bin/cosearch evaluate score runs/s11-sampled/unseen-start.jsonl runs/s11-sampled/unseen-end.jsonl --confidence 0.9833 -q -o runs/s11-sampled/unseen-compare-983.json
     .venv/bin/python bench/sampled_gains.py --pair "630 held-out=runs/s11-sampled/compare.json" --pair "630 held-out, greedy (study 11)=runs/s11-sampled/greedy-compare.json" --pair "112 drawn in training=runs/s11-sampled/drawn-compare.json" --pair "404 of the pool never drawn=runs/s11-sampled/unseen-compare.json" --pair "630 held-out (Bonferroni, 3 comparisons)=runs/s11-sampled/compare-983.json" --pair "404 of the pool never drawn (Bonferroni, 3 comparisons)=runs/s11-sampled/unseen-compare-983.json" --extra greedy_agreement=runs/s11-sampled/agreement.json --extra gain_by_visibility=runs/s11-sampled/visibility.json --extra advantage_vs_greedy=runs/s11-sampled/advantage_vs_greedy.json --run "112 drawn in training, greedy start=runs/s11-sampled/drawn-greedy-score.json" --json bench/results/learning_study11_sampled.json
 
-# A copy of a finished 6-iteration run's folder (config, eval-init, iterations 0-5), for a longer run to continue
-# (studies 13 and 15): skipped when `dst` exists (a continued run resumes from its last finished step) or `src`
-# lacks its sixth iteration (then the longer run trains from the start).
-_continue-copy src dst:
-    test -d {{dst}} || ! test -f {{src}}/iter-0005/metrics.json || (mkdir -p {{dst}} && cp -r {{src}}/config.toml {{src}}/eval-init {{src}}/iter-000[0-5] {{dst}}/)
+# A copy of a finished run's folder (config, eval-init, every iteration), for a longer run to continue (studies 13,
+# 15 and 16): skipped when `dst` exists (a continued run resumes from its last finished step) or `src` lacks its
+# `last` iteration (then the longer run trains from the start).
+_continue-copy src dst last="iter-0005":
+    test -d {{dst}} || ! test -f {{src}}/{{last}}/metrics.json || (mkdir -p {{dst}} && cp -r {{src}}/config.toml {{src}}/eval-init {{src}}/iter-0* {{dst}}/)
 
 # Study 13 (issue 14, target a): study 12 continued to 12 iterations (bench/learning_study13.toml, stated before
 # the run). When study 12's run folder holds its 6 finished iterations, a copy of it is continued (they are this
@@ -368,6 +368,32 @@ learning-study15-checks:
     .venv/bin/python bench/pool_runs.py runs/s13-cosearch/iter-0011/eval/rollouts.jsonl runs/s15-cosearch/iter-0011/eval/rollouts.jsonl -o runs/s15-cosearch/seeds-12it.jsonl
     .venv/bin/cosearch evaluate score runs/s15-cosearch/eval-init/rollouts.jsonl runs/s15-cosearch/seeds-12it.jsonl -q -o runs/s15-cosearch/seeds-12it-vs-start.json
     .venv/bin/python bench/sampled_gains.py --pair "600 fresh single-hop, greedy: start -> mean of the two seeds' 12-iteration ends=runs/fresh/seeds-12it-vs-start.json" --pair "400 fresh multi-hop, greedy: start -> mean of the two seeds' 12-iteration ends=runs/fresh/multi-hop-seeds-12it-vs-start.json" --pair "630 held-out, greedy: start -> mean of the two seeds' 12-iteration ends=runs/s15-cosearch/seeds-12it-vs-start.json" --json bench/results/learning_study15_checks.json
+
+# Study 16 (issue 14, target a): both seeds' 12-iteration runs (studies 13 and 15) continued to 18 iterations
+# (bench/learning_study16_seed0.toml, bench/learning_study16_seed1.toml, stated before the run). Each arm continues
+# a copy of its 12-iteration run folder (~1.1 h here each: 6 iterations and the 630's evaluation), then its end
+# answers the 600 fresh single-hop questions (~15 min each). Stated: the two arms' ends pooled per question, start
+# -> 18 iterations, on the fresh single-hop and on the 630, judged on the 98.33% CI (third look). A killed run
+# continues from its last finished step. Results: bench/results/learning_study16.md.
+S16_END0 := "--agent runs/s16-seed0/iter-0017/agent --ranker-model runs/s16-seed0/iter-0017/ranker"
+S16_END1 := "--agent runs/s16-seed1/iter-0017/agent --ranker-model runs/s16-seed1/iter-0017/ranker"
+learning-study16:
+    .venv/bin/just _continue-copy runs/s13-cosearch runs/s16-seed0 iter-0011
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study16_seed0.toml --name s16-seed0
+    test -f runs/fresh/s16-seed0-end.jsonl || .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/single-hop.jsonl --greedy --n 1 {{S16_END0}} -o runs/fresh/s16-seed0-end.jsonl
+    .venv/bin/just _continue-copy runs/s15-cosearch runs/s16-seed1 iter-0011
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study16_seed1.toml --name s16-seed1
+    test -f runs/fresh/s16-seed1-end.jsonl || .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/single-hop.jsonl --greedy --n 1 {{S16_END1}} -o runs/fresh/s16-seed1-end.jsonl
+    .venv/bin/python bench/pool_runs.py runs/fresh/s16-seed0-end.jsonl runs/fresh/s16-seed1-end.jsonl -o runs/fresh/seeds-18it.jsonl
+    .venv/bin/python bench/pool_runs.py runs/s16-seed0/iter-0017/eval/rollouts.jsonl runs/s16-seed1/iter-0017/eval/rollouts.jsonl -o runs/s16-seed1/seeds-18it.jsonl
+    .venv/bin/python bench/pool_runs.py runs/s13-cosearch/iter-0011/eval/rollouts.jsonl runs/s15-cosearch/iter-0011/eval/rollouts.jsonl -o runs/s16-seed1/seeds-12it.jsonl
+    .venv/bin/python bench/pool_runs.py runs/fresh/s13-end.jsonl runs/fresh/s15-end.jsonl -o runs/fresh/seeds-12it.jsonl
+    for c in 0.9833 0.95; do .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/seeds-18it.jsonl --confidence $c -q -o runs/fresh/seeds-18it-vs-start-$c.json; .venv/bin/cosearch evaluate score runs/s16-seed1/eval-init/rollouts.jsonl runs/s16-seed1/seeds-18it.jsonl --confidence $c -q -o runs/s16-seed1/seeds-18it-vs-start-$c.json; done
+    for s in 0 1; do .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/s16-seed$s-end.jsonl -q -o runs/fresh/s16-seed$s-vs-start.json; .venv/bin/cosearch evaluate score runs/s16-seed$s/eval-init/rollouts.jsonl runs/s16-seed$s/iter-0017/eval/rollouts.jsonl -q -o runs/s16-seed$s/vs-start.json; .venv/bin/cosearch evaluate score runs/s16-seed$s/iter-0011/eval/rollouts.jsonl runs/s16-seed$s/iter-0017/eval/rollouts.jsonl -q -o runs/s16-seed$s/vs-12.json; done
+    .venv/bin/cosearch evaluate score runs/fresh/seeds-12it.jsonl runs/fresh/seeds-18it.jsonl -q -o runs/fresh/seeds-18it-vs-12it.json
+    .venv/bin/cosearch evaluate score runs/s16-seed1/seeds-12it.jsonl runs/s16-seed1/seeds-18it.jsonl -q -o runs/s16-seed1/seeds-18it-vs-12it.json
+    .venv/bin/python bench/sampled_gains.py --pair "600 fresh single-hop, greedy: start -> the two arms' 18-iteration ends, pooled (stated, 98.33%)=runs/fresh/seeds-18it-vs-start-0.9833.json" --pair "600 fresh single-hop, greedy: start -> the two arms' 18-iteration ends, pooled (95%)=runs/fresh/seeds-18it-vs-start-0.95.json" --pair "630 held-out, greedy: start -> the two arms' 18-iteration ends, pooled (stated, 98.33%)=runs/s16-seed1/seeds-18it-vs-start-0.9833.json" --pair "630 held-out, greedy: start -> the two arms' 18-iteration ends, pooled (95%)=runs/s16-seed1/seeds-18it-vs-start-0.95.json" --pair "600 fresh single-hop, greedy: start -> seed 0's 18-iteration end=runs/fresh/s16-seed0-vs-start.json" --pair "600 fresh single-hop, greedy: start -> seed 1's 18-iteration end=runs/fresh/s16-seed1-vs-start.json" --pair "630 held-out, greedy: start -> seed 0's 18-iteration end=runs/s16-seed0/vs-start.json" --pair "630 held-out, greedy: start -> seed 1's 18-iteration end=runs/s16-seed1/vs-start.json" --pair "630 held-out, greedy: seed 0, 12 -> 18 iterations=runs/s16-seed0/vs-12.json" --pair "630 held-out, greedy: seed 1, 12 -> 18 iterations=runs/s16-seed1/vs-12.json" --pair "600 fresh single-hop, greedy: the two arms pooled, 12 -> 18 iterations=runs/fresh/seeds-18it-vs-12it.json" --pair "630 held-out, greedy: the two arms pooled, 12 -> 18 iterations=runs/s16-seed1/seeds-18it-vs-12it.json" --json runs/s16-seed1/pairs.json
+    .venv/bin/python bench/learning_evidence.py --runs runs/s16-seed0 runs/s16-seed1 --png bench/results/learning_study16.png --json bench/results/learning_study16.json --extra pairs=runs/s16-seed1/pairs.json --title "cosearch preset, study 16: both seeds continued to 18 iterations"
 
 # Would METHOD.md's temperature 1.0, or reading 96 tokens a candidate, make the ranker sample informed departures
 # from the retriever's first? Samples study 9's start ranker on 48 of its training calls (~15 min here):

@@ -74,3 +74,10 @@ def test_study15_is_study14_run_for_twice_as_many_iterations():
     s14, s15, changed = differences("learning_study14.toml", "learning_study15.toml")
     assert changed == {"iterations"}
     assert (s14.iterations, s15.iterations, s15.seed) == (6, 12, 1)
+
+
+def test_study16_arms_are_studies_13_and_15_run_for_18_iterations():
+    s13, arm0, changed0 = differences("learning_study13.toml", "learning_study16_seed0.toml")
+    s15, arm1, changed1 = differences("learning_study15.toml", "learning_study16_seed1.toml")
+    assert changed0 == changed1 == {"iterations"}
+    assert (arm0.iterations, arm0.seed, arm1.iterations, arm1.seed) == (18, 0, 18, 1)
