@@ -374,7 +374,8 @@ learning-study15-checks:
 # a copy of its 12-iteration run folder (~1.1 h here each: 6 iterations and the 630's evaluation), then its end
 # answers the 600 fresh single-hop questions (~15 min each). Stated: the two arms' ends pooled per question, start
 # -> 18 iterations, on the fresh single-hop and on the 630, judged on the 98.33% CI (third look). A killed run
-# continues from its last finished step. Results: bench/results/learning_study16.md.
+# continues from its last finished step. The pooled 12-iteration ends come from `just learning-study15-checks`.
+# Results: bench/results/learning_study16.md.
 S16_END0 := "--agent runs/s16-seed0/iter-0017/agent --ranker-model runs/s16-seed0/iter-0017/ranker"
 S16_END1 := "--agent runs/s16-seed1/iter-0017/agent --ranker-model runs/s16-seed1/iter-0017/ranker"
 learning-study16:
@@ -386,12 +387,11 @@ learning-study16:
     test -f runs/fresh/s16-seed1-end.jsonl || .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/single-hop.jsonl --greedy --n 1 {{S16_END1}} -o runs/fresh/s16-seed1-end.jsonl
     .venv/bin/python bench/pool_runs.py runs/fresh/s16-seed0-end.jsonl runs/fresh/s16-seed1-end.jsonl -o runs/fresh/seeds-18it.jsonl
     .venv/bin/python bench/pool_runs.py runs/s16-seed0/iter-0017/eval/rollouts.jsonl runs/s16-seed1/iter-0017/eval/rollouts.jsonl -o runs/s16-seed1/seeds-18it.jsonl
-    .venv/bin/python bench/pool_runs.py runs/s13-cosearch/iter-0011/eval/rollouts.jsonl runs/s15-cosearch/iter-0011/eval/rollouts.jsonl -o runs/s16-seed1/seeds-12it.jsonl
-    .venv/bin/python bench/pool_runs.py runs/fresh/s13-end.jsonl runs/fresh/s15-end.jsonl -o runs/fresh/seeds-12it.jsonl
+    .venv/bin/just learning-study15-checks
     for c in 0.9833 0.95; do .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/seeds-18it.jsonl --confidence $c -q -o runs/fresh/seeds-18it-vs-start-$c.json; .venv/bin/cosearch evaluate score runs/s16-seed1/eval-init/rollouts.jsonl runs/s16-seed1/seeds-18it.jsonl --confidence $c -q -o runs/s16-seed1/seeds-18it-vs-start-$c.json; done
     for s in 0 1; do .venv/bin/cosearch evaluate score runs/fresh/start.jsonl runs/fresh/s16-seed$s-end.jsonl -q -o runs/fresh/s16-seed$s-vs-start.json; .venv/bin/cosearch evaluate score runs/s16-seed$s/eval-init/rollouts.jsonl runs/s16-seed$s/iter-0017/eval/rollouts.jsonl -q -o runs/s16-seed$s/vs-start.json; .venv/bin/cosearch evaluate score runs/s16-seed$s/iter-0011/eval/rollouts.jsonl runs/s16-seed$s/iter-0017/eval/rollouts.jsonl -q -o runs/s16-seed$s/vs-12.json; done
     .venv/bin/cosearch evaluate score runs/fresh/seeds-12it.jsonl runs/fresh/seeds-18it.jsonl -q -o runs/fresh/seeds-18it-vs-12it.json
-    .venv/bin/cosearch evaluate score runs/s16-seed1/seeds-12it.jsonl runs/s16-seed1/seeds-18it.jsonl -q -o runs/s16-seed1/seeds-18it-vs-12it.json
+    .venv/bin/cosearch evaluate score runs/s15-cosearch/seeds-12it.jsonl runs/s16-seed1/seeds-18it.jsonl -q -o runs/s16-seed1/seeds-18it-vs-12it.json
     .venv/bin/python bench/sampled_gains.py --pair "600 fresh single-hop, greedy: start -> the two arms' 18-iteration ends, pooled (stated, 98.33%)=runs/fresh/seeds-18it-vs-start-0.9833.json" --pair "600 fresh single-hop, greedy: start -> the two arms' 18-iteration ends, pooled (95%)=runs/fresh/seeds-18it-vs-start-0.95.json" --pair "630 held-out, greedy: start -> the two arms' 18-iteration ends, pooled (stated, 98.33%)=runs/s16-seed1/seeds-18it-vs-start-0.9833.json" --pair "630 held-out, greedy: start -> the two arms' 18-iteration ends, pooled (95%)=runs/s16-seed1/seeds-18it-vs-start-0.95.json" --pair "600 fresh single-hop, greedy: start -> seed 0's 18-iteration end=runs/fresh/s16-seed0-vs-start.json" --pair "600 fresh single-hop, greedy: start -> seed 1's 18-iteration end=runs/fresh/s16-seed1-vs-start.json" --pair "630 held-out, greedy: start -> seed 0's 18-iteration end=runs/s16-seed0/vs-start.json" --pair "630 held-out, greedy: start -> seed 1's 18-iteration end=runs/s16-seed1/vs-start.json" --pair "630 held-out, greedy: seed 0, 12 -> 18 iterations=runs/s16-seed0/vs-12.json" --pair "630 held-out, greedy: seed 1, 12 -> 18 iterations=runs/s16-seed1/vs-12.json" --pair "600 fresh single-hop, greedy: the two arms pooled, 12 -> 18 iterations=runs/fresh/seeds-18it-vs-12it.json" --pair "630 held-out, greedy: the two arms pooled, 12 -> 18 iterations=runs/s16-seed1/seeds-18it-vs-12it.json" --json runs/s16-seed1/pairs.json
     .venv/bin/python bench/learning_evidence.py --runs runs/s16-seed0 runs/s16-seed1 --png bench/results/learning_study16.png --json bench/results/learning_study16.json --extra pairs=runs/s16-seed1/pairs.json --title "cosearch preset, study 16: both seeds continued to 18 iterations"
 
