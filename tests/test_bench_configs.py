@@ -81,3 +81,10 @@ def test_study16_arms_are_studies_13_and_15_run_for_18_iterations():
     s15, arm1, changed1 = differences("learning_study15.toml", "learning_study16_seed1.toml")
     assert changed0 == changed1 == {"iterations"}
     assert (arm0.iterations, arm0.seed, arm1.iterations, arm1.seed) == (18, 0, 18, 1)
+
+
+def test_study17_is_study12_searching_twice_from_a_two_search_warm_up():
+    s12, s17, changed = differences("learning_study12.toml", "learning_study17.toml")
+    assert changed == {"max_turns", "agent", "ranker_model"}
+    assert (s12.max_turns, s17.max_turns) == (1, 2)
+    assert str(s17.agent) == str(s17.ranker_model) == "runs/study17/warmup"
