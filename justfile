@@ -402,16 +402,29 @@ learning-study16:
 # its own start on the 630 (target a) and on the fresh multi-hop questions, judged on the 97.5% CI. Described:
 # the T = 2 start against study 12's T = 1 start, the end against study 12's end. A killed run continues from
 # its last finished step; a finished warm-up or rollout is kept. About 4 h here in all (estimated before the run
-# from study 12's times and twice the tokens a question). Results: bench/results/learning_study17.md.
+# from study 12's times and twice the tokens a question). On a machine without the earlier studies' runs the
+# recipe first rebuilds the question files they made (seconds; the same bytes, checked on 2026-12-06 against the
+# hashes in learning_study13_fresh_multihop.json), and, after the stated figures, study 3's warm-up, study 12's
+# run and its start on the fresh multi-hop questions for the described comparisons (~2 h more).
+# Results: bench/results/learning_study17.md.
 S17_ROLLOUT := "--index indexes/dev-bm25 --ranker llm --sizes cpu --max-turns 2 --top-n 5 --k 3 --max-new-tokens 64 --ranker-max-new-tokens 64 --passage-tokens 48 --question-chunk 16 --constrain agent,ranker --seed 0"
 S17_START := "--agent runs/study17/warmup --ranker-model runs/study17/warmup"
 S17_END := "--agent runs/s17-cosearch/iter-0005/agent --ranker-model runs/s17-cosearch/iter-0005/ranker"
 learning-study17:
+    test -d indexes/dev-bm25 || .venv/bin/cosearch index build --corpus '../shared/data/corpus/*.jsonl' --out indexes/dev-bm25
+    test -f runs/study3/warmup.jsonl || .venv/bin/python bench/learning_split.py --heldout 210 --warmup 168 --train-dev-per-dataset 60 --out runs/study3
+    test -f runs/study8/train.jsonl || .venv/bin/python bench/answerable_pool.py --exclude runs/study3/heldout.jsonl --exclude runs/study3/warmup.jsonl --index indexes/dev-bm25 --per-dataset 120 --out runs/study8/train.jsonl
+    test -f runs/study11-split/heldout.jsonl || .venv/bin/python bench/learning_split.py --heldout 630 --exclude runs/study3/warmup.jsonl --data ../shared/data --out runs/study11-split
+    test -f runs/study11/train.jsonl || .venv/bin/python bench/answerable_pool.py --exclude runs/study11-split/heldout.jsonl --exclude runs/study3/warmup.jsonl --index indexes/dev-bm25 --per-dataset 120 --out runs/study11/train.jsonl
+    test -f runs/fresh/multi-hop.jsonl || .venv/bin/python bench/fresh_heldout.py --datasets hotpotqa,2wikimultihopqa --per-dataset 200 {{FRESH_EXCLUDE}} --out runs/fresh/multi-hop.jsonl
     test -d runs/study17/warmup || .venv/bin/cosearch warmup --questions runs/study3/warmup.jsonl --exclude runs/study3/heldout.jsonl --index indexes/dev-bm25 --out runs/study17/warmup --max-turns 2 --k 3 --top-n 5 --max-new-tokens 64 --epochs 2 --lr 3e-5 --token-budget 2048 --ranker-demos evidence
     .venv/bin/cosearch train --preset cosearch --config bench/learning_study17.toml --name s17-cosearch
     test -f runs/fresh/multi-hop-s17-start.jsonl || .venv/bin/cosearch rollout {{S17_ROLLOUT}} --questions runs/fresh/multi-hop.jsonl --greedy --n 1 {{S17_START}} -o runs/fresh/multi-hop-s17-start.jsonl
     test -f runs/fresh/multi-hop-s17-end.jsonl || .venv/bin/cosearch rollout {{S17_ROLLOUT}} --questions runs/fresh/multi-hop.jsonl --greedy --n 1 {{S17_END}} -o runs/fresh/multi-hop-s17-end.jsonl
     for c in 0.975 0.95; do .venv/bin/cosearch evaluate score runs/s17-cosearch/eval-init/rollouts.jsonl runs/s17-cosearch/iter-0005/eval/rollouts.jsonl --confidence $c -q -o runs/s17-cosearch/vs-start-$c.json; .venv/bin/cosearch evaluate score runs/fresh/multi-hop-s17-start.jsonl runs/fresh/multi-hop-s17-end.jsonl --confidence $c -q -o runs/fresh/multi-hop-s17-vs-start-$c.json; done
+    test -d runs/study3/warmup || .venv/bin/cosearch warmup --questions runs/study3/warmup.jsonl --exclude runs/study3/heldout.jsonl --index indexes/dev-bm25 --out runs/study3/warmup --max-turns 1 --k 3 --top-n 5 --max-new-tokens 64 --epochs 2 --lr 3e-5 --token-budget 2048 --ranker-demos evidence
+    .venv/bin/cosearch train --preset cosearch --config bench/learning_study12.toml --name s12-cosearch
+    test -f runs/fresh/multi-hop-start.jsonl || .venv/bin/cosearch rollout {{S11_ROLLOUT}} --questions runs/fresh/multi-hop.jsonl --greedy --n 1 {{S11_START}} -o runs/fresh/multi-hop-start.jsonl
     .venv/bin/cosearch evaluate score runs/s12-cosearch/eval-init/rollouts.jsonl runs/s17-cosearch/eval-init/rollouts.jsonl -q -o runs/s17-cosearch/start-vs-t1-start.json
     .venv/bin/cosearch evaluate score runs/fresh/multi-hop-start.jsonl runs/fresh/multi-hop-s17-start.jsonl -q -o runs/fresh/multi-hop-s17-start-vs-t1-start.json
     .venv/bin/cosearch evaluate score runs/s12-cosearch/iter-0005/eval/rollouts.jsonl runs/s17-cosearch/iter-0005/eval/rollouts.jsonl -q -o runs/s17-cosearch/vs-s12-end.json
