@@ -142,7 +142,6 @@ def test_bm25_search_returns_the_scores_of_bm25s_retrieve(fixture_bm25, fixtures
             continue
         cut = hits[-1].score
         above = expected_scores[keep] > cut
-        assert {h.id for h in hits if h.score > cut} == set(retriever.row_ids.take(expected_rows[keep][above]))
         full = retriever.model.get_scores(query)
         order = sorted(expected_rows[keep][above].tolist(), key=lambda row: (-full[row], row))
         assert [h.id for h in hits if h.score > cut] == list(retriever.row_ids.take(order))  # equal scores by row
