@@ -45,10 +45,11 @@ def per_iteration(rows: list[dict]) -> list[dict]:
 
 def embed(out: dict, extras: list[str], option: str = "--extra") -> dict:
     """`out` with each NAME=FILE of `extras` added under NAME: that JSON file's content (another script's
-    figures, a manifest's counts), so one results file holds every figure its Markdown states. `option` names
-    the command-line option the items came from, for the error message."""
+    figures, a manifest's counts), so one results file holds every figure its Markdown states. The file is
+    what follows the last `=`, so a NAME may hold one ("greedy (T = 2)"). `option` names the command-line
+    option the items came from, for the error message."""
     for item in extras:
-        name, _, path = item.partition("=")
+        name, _, path = item.rpartition("=")
         if not name or not path:
             raise SystemExit(f"{option} {item!r}: write NAME=FILE")
         out[name] = orjson.loads(Path(path).read_bytes())

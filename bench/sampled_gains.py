@@ -9,10 +9,11 @@ Per pair: the question count, how the rollouts were decoded (greedy, or the temp
 question), agent F1 and EM before and after with the paired bootstrap CI of the change (the comparison's own,
 at its `--confidence`: questions resampled within each dataset, averaged over datasets; a question's score is
 the mean over its samples), searches a question, the ranker's Hit@1 over its calls and the share of calls with
-an answer-bearing candidate (each run's own calls, not paired), and the per-dataset F1 changes. `--run
-NAME=EVALUATION.json` adds one run's figures (`evaluate score RUN`: questions, decoding, F1, EM, per-dataset F1;
-not its manifest, which names the index's absolute folder). `--extra NAME=FILE` embeds
-another JSON file (a manifest's counts, gain_by_visibility's subsets) under NAME. No model is loaded.
+an answer-bearing candidate (each run's own calls, not paired), and per dataset and per hop the F1 change with
+its CI and F1 and EM before and after. `--run NAME=EVALUATION.json` adds one run's figures (`evaluate score
+RUN`: questions, decoding, F1, EM, per-dataset F1; not its manifest, which names the index's absolute folder).
+`--extra NAME=FILE` embeds another JSON file (a manifest's counts, gain_by_visibility's subsets) under NAME.
+No model is loaded.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def pair_figures(comparison: dict) -> dict:
     for key, name in (("searches", "searches"), ("hit@1", "ranker_hit1"),
                       ("answer_in_candidates", "answer_in_candidates")):
         out[f"{name}_before"], out[f"{name}_after"] = groups[0][key], groups[1][key]
-    gains = {name: {"questions": row["questions"], "gain": row["f1_diff"], "ci": [row["f1_ci_low"], row["f1_ci_high"]]}
+    gains = {name: {"questions": row["questions"], "gain": row["f1_diff"], "ci": [row["f1_ci_low"], row["f1_ci_high"]],
+                    "f1_before": row["f1_a"], "f1_after": row["f1_b"], "em_before": row["em_a"], "em_after": row["em_b"]}
              for name, row in rows.items() if name != "average"}
     hops = ("single-hop", "multi-hop")
     out["per_dataset_f1_gain"] = {name: g for name, g in gains.items() if name not in hops}

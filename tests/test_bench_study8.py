@@ -52,6 +52,7 @@ def test_embed_adds_each_files_content_under_its_name(tmp_path):
     extra.write_bytes(orjson.dumps({"subsets": {"all": 1}}))
     out = embed({"presets": []}, [f"gain_by_visibility={extra}"])
     assert out == {"presets": [], "gain_by_visibility": {"subsets": {"all": 1}}}
+    assert embed({}, [f"greedy (T = 2): start -> end={extra}"]) == {"greedy (T = 2): start -> end": {"subsets": {"all": 1}}}
     with pytest.raises(SystemExit, match="NAME=FILE"):
         embed({}, [str(extra)])
 
@@ -197,8 +198,10 @@ def test_sampled_gains_reads_a_comparison_and_refuses_runs_decoded_differently()
     assert (f["questions"], f["agent_f1_before"], f["agent_f1_after"], f["agent_f1_gain_ci"]) == (4, 0.25, 0.5,
                                                                                                  [0.0, 0.5])
     assert (f["agent_em_gain"], f["ranker_hit1_before"], f["ranker_hit1_after"]) == (0.25, 0.5, 0.75)
-    assert f["per_dataset_f1_gain"] == {"nq": {"questions": 4, "gain": 0.25, "ci": [0.0, 0.5]}}
-    assert f["per_hop_f1_gain"] == {"single-hop": {"questions": 4, "gain": 0.25, "ci": [0.0, 0.5]}}
+    row = {"questions": 4, "gain": 0.25, "ci": [0.0, 0.5], "f1_before": 0.25, "f1_after": 0.5, "em_before": 0.0,
+           "em_after": 0.25}
+    assert f["per_dataset_f1_gain"] == {"nq": row}
+    assert f["per_hop_f1_gain"] == {"single-hop": row}
     assert ("| s | 4 | temperature 0.7, 2 samples a question | 0.250 -> 0.500 | +0.250 [+0.000, +0.500] | "
             "+0.250 [+0.000, +0.750] | 95% | 0.500 -> 0.750 | 1.00 -> 1.00 |") in table({"s": f})
     with pytest.raises(SystemExit, match="decoded differently"):
