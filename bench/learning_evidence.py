@@ -33,12 +33,13 @@ def load(run: Path) -> list[dict]:
 
 
 # with agent_baseline = "greedy" (study 12) also the greedy baseline's mean reward and the samples above/below it
-PER_ITERATION = COLUMNS + ("questions_drawn", "agent_lr", "agent_kl_heldout", "ranker_kl_heldout",
-                           "train_greedy_reward", "samples_above_greedy", "samples_below_greedy")
+PER_ITERATION = COLUMNS + ("questions_drawn", "agent_lr", "agent_kl_batch", "ranker_kl_batch", "agent_kl_heldout",
+                           "ranker_kl_heldout", "train_greedy_reward", "samples_above_greedy", "samples_below_greedy")
 
 
 def per_iteration(rows: list[dict]) -> list[dict]:
-    """The training iterations' figures (the table's columns and the held-out KL of each update), for the json."""
+    """The training iterations' figures (the table's columns and each update's KL on its batch and on held-out
+    sequences), for the json."""
     return [{c: r.get(c) for c in PER_ITERATION if r.get(c) is not None}
             for r in sorted(rows, key=lambda r: r["iteration"]) if r["iteration"] >= 0]
 

@@ -12,7 +12,7 @@ from conftest import ROOT, TextDocs as Docs
 
 sys.path.insert(0, str(ROOT / "bench"))
 from gain_by_visibility import read_split, shown_ids, subsets  # noqa: E402
-from learning_evidence import embed  # noqa: E402
+from learning_evidence import embed, per_iteration  # noqa: E402
 from ranker_room import room  # noqa: E402
 from test_answerable_pool import WordTokenizer  # noqa: E402
 
@@ -55,6 +55,16 @@ def test_embed_adds_each_files_content_under_its_name(tmp_path):
     assert embed({}, [f"greedy (T = 2): start -> end={extra}"]) == {"greedy (T = 2): start -> end": {"subsets": {"all": 1}}}
     with pytest.raises(SystemExit, match="NAME=FILE"):
         embed({}, [str(extra)])
+
+
+def test_per_iteration_keeps_each_updates_kl_on_its_batch_and_held_out_in_iteration_order():
+    rows = [{"iteration": 1, "train_reward": 0.5, "agent_kl_batch": 2e-3, "ranker_kl_batch": 3e-4,
+             "agent_kl_heldout": 1e-4, "ranker_kl_heldout": None, "agent_loss": 0.1},
+            {"iteration": -1, "dev_f1": 0.2},
+            {"iteration": 0, "train_reward": 0.25, "agent_kl_batch": 1e-3}]
+    assert per_iteration(rows) == [
+        {"iteration": 0, "train_reward": 0.25, "agent_kl_batch": 1e-3},
+        {"iteration": 1, "train_reward": 0.5, "agent_kl_batch": 2e-3, "ranker_kl_batch": 3e-4, "agent_kl_heldout": 1e-4}]
 
 
 def test_room_reads_the_answer_flags_at_each_depth():
