@@ -54,8 +54,9 @@ def pair_figures(comparison: dict) -> dict:
     for key, name in (("searches", "searches"), ("hit@1", "ranker_hit1"),
                       ("answer_in_candidates", "answer_in_candidates")):
         out[f"{name}_before"], out[f"{name}_after"] = groups[0][key], groups[1][key]
-    gains = {name: {"questions": row["questions"], "gain": row["f1_diff"], "ci": [row["f1_ci_low"], row["f1_ci_high"]],
-                    "f1_before": row["f1_a"], "f1_after": row["f1_b"], "em_before": row["em_a"], "em_after": row["em_b"]}
+    gains = {name: {"questions": row["questions"], "gain": row["f1_diff"],
+                    "ci": [row["f1_ci_low"], row["f1_ci_high"]], "f1_before": row["f1_a"], "f1_after": row["f1_b"],
+                    "em_before": row["em_a"], "em_after": row["em_b"]}
              for name, row in rows.items() if name != "average"}
     hops = ("single-hop", "multi-hop")
     out["per_dataset_f1_gain"] = {name: g for name, g in gains.items() if name not in hops}
