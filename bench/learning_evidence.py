@@ -118,6 +118,7 @@ def reranked(runner, calls, model: str, constrained: bool, cache: Path | None = 
     from dataclasses import asdict
 
     from cosearch_cli.artifacts import write_bytes_atomic
+    from cosearch_cli.cli.common import progress
     from cosearch_cli.ranker_quality import CallScore, rerank
 
     key = (str(Path(model).resolve()) if Path(model).exists() else model, constrained)
@@ -130,7 +131,11 @@ def reranked(runner, calls, model: str, constrained: bool, cache: Path | None = 
         _RERANKED[key] = [CallScore(**row) for row in orjson.loads(stored.read_bytes())]
         return _RERANKED[key]
     print(f"re-ranking {len(calls.pairs)} held-out calls with {model}", flush=True)
-    _RERANKED[key] = rerank(calls, runner.backend(model), runner.index.docs, constrained=constrained)
+    backend = runner.backend(model)
+    with progress() as bar:
+        task = bar.add(f"re-ranking with {model}", len(calls.pairs), unit="calls")
+        _RERANKED[key] = rerank(calls, backend, runner.index.docs, constrained=constrained,
+                                on_progress=lambda n: bar.advance(task, n))
     if stored is not None:
         stored.parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(stored, orjson.dumps([asdict(s) for s in _RERANKED[key]]))

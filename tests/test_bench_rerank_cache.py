@@ -18,8 +18,9 @@ import learning_evidence as evidence  # noqa: E402
 def setup(tmp_path: Path, monkeypatch):
     calls_made = []
 
-    def fake_rerank(calls, backend, docs, *, constrained):
+    def fake_rerank(calls, backend, docs, *, constrained, on_progress=None):
         calls_made.append(backend)
+        on_progress(len(calls.pairs))
         return [CallScore(call_id=c.id, question_id=r.question_id, dataset=r.dataset, k=2, permutation=[1, 0],
                           valid=True, answer_candidates=1, hit1=1.0, ndcg=1.0) for r, c in calls.pairs]
 
@@ -38,11 +39,13 @@ def setup(tmp_path: Path, monkeypatch):
     return calls_made, calls, docs, runner, model
 
 
-def test_a_second_study_reuses_the_stored_reranking(tmp_path, monkeypatch):
+def test_a_second_study_reuses_the_stored_reranking(tmp_path, monkeypatch, capsys):
     calls_made, calls, docs, runner, model = setup(tmp_path, monkeypatch)
     cache = tmp_path / "cache"
     first = evidence.reranked(runner, calls, str(model), True, cache)
     assert len(calls_made) == 1 and len(list(cache.glob("*.json"))) == 1
+    # The re-ranking reports its progress (calls done of all) on stderr, as every long step does.
+    assert f"re-ranking with {model}: 1/1 calls (100%), done" in capsys.readouterr().err
     evidence._RERANKED.clear()  # a new process: only the disk cache is left
     (model / "optimizer.pt").write_bytes(b"other adam state")  # not part of what the ranker writes
     again = evidence.reranked(runner, calls, str(model), True, cache)
