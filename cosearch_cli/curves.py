@@ -21,8 +21,12 @@ PANELS = (
 BESIDE = {"train_reward": "train_greedy_reward"}
 
 
+# x positions of the evaluations before RL: the given models (before a warm-up) and the models RL starts from.
+BEFORE = {-2: "given", -1: "init"}
+
+
 def training_curves(rows: Sequence[dict], path: str | Path, *, title: str = "") -> Path:
-    """Draw each metric of one run against the iteration (-1 = before training)."""
+    """Draw each metric of one run against the iteration (-1 = before training, -2 = before the warm-up)."""
     return compare_curves({title or "run": rows}, path, title=title)
 
 
@@ -43,7 +47,8 @@ def compare_curves(runs: dict[str, Sequence[dict]], path: str | Path, *, title: 
 
 
 def curves_figure(runs: dict[str, Sequence[dict]], *, title: str = ""):
-    """The figure of compare_curves: whole-number iteration ticks, the evaluation before training at "init"."""
+    """The figure of compare_curves: whole-number iteration ticks, the evaluation before training at "init" (and
+    before a warm-up at "given"); a metric with `<key>_ci_low/high` gets its 95% CI as a bar at each point."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -51,12 +56,20 @@ def curves_figure(runs: dict[str, Sequence[dict]], *, title: str = ""):
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2))
+    ci_drawn = False
     for ax, (key, label) in zip(axes, PANELS):
         for name, rows in runs.items():
             points = [(r["iteration"], r[key]) for r in rows if r.get(key) is not None]
             if points:
                 xs, ys = zip(*sorted(points))
                 (line,) = ax.plot(xs, ys, marker="o", label=name)
+                bars = sorted((r["iteration"], r[key], r[f"{key}_ci_low"], r[f"{key}_ci_high"]) for r in rows
+                              if r.get(key) is not None and r.get(f"{key}_ci_low") is not None)
+                if bars:
+                    bx, by, low, high = zip(*bars)
+                    ax.errorbar(bx, by, yerr=[[y - lo for y, lo in zip(by, low)], [hi - y for y, hi in zip(by, high)]],
+                                fmt="none", ecolor=line.get_color(), alpha=0.5, capsize=3)
+                    ci_drawn = True
                 baseline = [(r["iteration"], r[BESIDE[key]]) for r in rows if r.get(BESIDE.get(key)) is not None]
                 if baseline:  # agent_baseline = "greedy": the greedy trajectories' reward, dashed in the same colour
                     xs, ys = zip(*sorted(baseline))
@@ -64,11 +77,11 @@ def curves_figure(runs: dict[str, Sequence[dict]], *, title: str = ""):
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("iteration")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: "init" if x == -1 else f"{x:.0f}"))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: BEFORE.get(round(x), f"{x:.0f}")))
         ax.grid(alpha=0.3)
     if len(runs) > 1 or axes[0].get_legend_handles_labels()[1][1:]:
         axes[0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
+    if title or ci_drawn:
+        fig.suptitle(title + ("  (bars: 95% bootstrap CI over questions)" if ci_drawn else ""))
     fig.tight_layout()
     return fig

@@ -102,6 +102,7 @@ def learning_summary(config: TrainConfig, runner: Runner) -> dict:
         "kl_agent_heldout": _mean_of(rows, "agent_kl_heldout"),
         "kl_ranker_heldout": _mean_of(rows, "ranker_kl_heldout"),
         "train_reward": [r.get("train_reward") for r in rows],
+        "train_reward_ci": [[r.get("train_reward_ci_low"), r.get("train_reward_ci_high")] for r in rows],
     }
     write_json_atomic(paths.root / "learning.json", {**figures, "overall": overall, "rl": rl})
     warm = paths.warmup.is_dir()
@@ -124,7 +125,9 @@ def learning_summary(config: TrainConfig, runner: Runner) -> dict:
         f"mean KL(new||old) of an update on its own batch: agent {_sci(figures['kl_agent'])}, ranker "
         f"{_sci(figures['kl_ranker'])}; on held-out dev sequences: agent {_sci(figures['kl_agent_heldout'])}, "
         f"ranker {_sci(figures['kl_ranker_heldout'])}")
-    lines.append("training reward per iteration: " + ", ".join(_fmt(r) for r in figures["train_reward"]))
+    lines.append("training reward per iteration (95% CI over its questions, which differ each iteration): " + ", ".join(
+        _fmt(r) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci[0] is not None else "")
+        for r, ci in zip(figures["train_reward"], figures["train_reward_ci"])))
     return {**figures, "lines": lines}
 
 

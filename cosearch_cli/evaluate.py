@@ -266,16 +266,8 @@ def paired_bootstrap(diffs: dict[str, np.ndarray], *, weights: dict[str, np.ndar
     for dataset in DATASETS:
         if dataset not in diffs:
             continue
-        values = np.asarray(diffs[dataset], dtype=float)
-        picks = rng.integers(0, len(values), size=(samples, len(values)))
-        if weights is None:
-            replicates[dataset] = values[picks].mean(axis=1)
-            point[dataset] = float(np.mean(values))
-        else:
-            w = np.asarray(weights[dataset], dtype=float)
-            assert w.shape == values.shape and (w > 0).all(), f"{dataset}: one positive weight per question"
-            replicates[dataset] = (values * w)[picks].sum(axis=1) / w[picks].sum(axis=1)
-            point[dataset] = float((values * w).sum() / w.sum())
+        point[dataset], replicates[dataset] = _resampled_means(
+            diffs[dataset], None if weights is None else weights[dataset], rng, samples, dataset)
     for name, members in GROUPS:
         present = [d for d in members if d in replicates]
         if present:
@@ -288,6 +280,31 @@ def paired_bootstrap(diffs: dict[str, np.ndarray], *, weights: dict[str, np.ndar
         out[name] = {"diff": point[name], "ci_low": float(low), "ci_high": float(high),
                      "share_positive": float(np.mean(values > 0))}
     return out
+
+
+def _resampled_means(values, weights, rng: np.random.Generator, samples: int, name: str):
+    """The (weighted) mean of `values` and its `samples` bootstrap replicates, resampling the values (whole
+    questions) with replacement; with `weights`, each replicate is sum(w * v) / sum(w) of the drawn questions."""
+    values = np.asarray(values, dtype=float)
+    picks = rng.integers(0, len(values), size=(samples, len(values)))
+    if weights is None:
+        return float(np.mean(values)), values[picks].mean(axis=1)
+    w = np.asarray(weights, dtype=float)
+    assert w.shape == values.shape and (w > 0).all(), f"{name}: one positive weight per question"
+    return float((values * w).sum() / w.sum()), (values * w)[picks].sum(axis=1) / w[picks].sum(axis=1)
+
+
+def mean_ci(values: Sequence[float], weights: Sequence[float] | None = None, *, samples: int = 1000, seed: int = 0,
+            confidence: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap CI of one run's mean over questions (not a difference): `values` one per question,
+    and with `weights` (e.g. a question's count of trajectories or calls, `values` then its mean over them) the
+    pooled mean over all of them, resampling whole questions. None without values."""
+    if len(values) == 0:
+        return None
+    _, replicates = _resampled_means(values, weights, np.random.default_rng(seed), samples, "mean_ci")
+    tail = (1.0 - confidence) / 2 * 100
+    low, high = np.percentile(replicates, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 @dataclass

@@ -16,7 +16,8 @@ Layout of a run folder:
               agent/ ranker/    checkpoints (or agent.skipped.json when nothing was trainable)
               eval/             dev evaluation after this iteration's updates
               metrics.json      one row of the metrics log
-    metrics.parquet             all iterations' rows; curves.png draws them
+    metrics.parquet             all iterations' rows (iteration -1: eval-init, -2: eval-base); curves.png draws
+                                them, with 95% bootstrap CIs over questions (`<metric>_ci_low/high`)
 """
 
 from __future__ import annotations
@@ -908,7 +909,8 @@ class Runner:
 
         folder.mkdir(parents=True, exist_ok=True)
         records = self.rollouts(folder / "rollouts.jsonl", dev, models, greedy=True, seed=self.config.seed)
-        summary = evaluate(records).summary()
+        evaluation = evaluate(records)
+        summary = {**evaluation.summary(), "f1_ci": _f1_ci(evaluation)}
         write_json_atomic(summary_path, summary)
         return summary
 
@@ -933,7 +935,7 @@ class Runner:
             if c.eval_init:
                 self.log("evaluating the given models before the warm-up")
                 base = self.evaluate(self.paths.root / "eval-base", given_models(c), dev)
-                write_json_atomic(self.paths.root / "eval-base" / "metrics.json", _eval_row(-1, base))
+                write_json_atomic(self.paths.root / "eval-base" / "metrics.json", _eval_row(-2, base))
             self.warmup(train_questions)
         if c.eval_init:
             self.log("evaluating the models RL starts from" + (" (after the warm-up)" if c.warmup_questions else ""))
@@ -1002,6 +1004,9 @@ class Runner:
         import polars as pl
 
         rows = []
+        base = self.paths.root / "eval-base" / "metrics.json"
+        if base.is_file():  # the given models, before the warm-up (written as -1 before 2026-12-07)
+            rows.append({**orjson.loads(base.read_bytes()), "iteration": -2})
         init = self.paths.root / "eval-init" / "metrics.json"
         if init.is_file():
             rows.append(orjson.loads(init.read_bytes()))
@@ -1037,6 +1042,7 @@ def _train_row(rolled: Sequence[RolloutRecord], scored: Sequence[RolloutRecord])
     kept = [g for r in scored for g in r.groups if g.kept]
     return {
         "train_reward": _mean([t.reward for t in trajectories if t.reward is not None]),
+        **_ci_columns("train_reward", [[t.reward for t in r.trajectories if t.reward is not None] for r in scored]),
         "train_f1": _mean([t.scores.get("f1", 0.0) for t in trajectories]),
         "format_ok": _mean([float(t.format_ok) for t in trajectories]),
         "search_turns": _mean([float(t.n_searches) for t in trajectories]),
@@ -1044,6 +1050,9 @@ def _train_row(rolled: Sequence[RolloutRecord], scored: Sequence[RolloutRecord])
         "ranker_no_candidates": len(calls) - len(ranked),
         "ranker_valid": _mean([float(c.valid) for c in ranked]),
         "ranker_hit_at_k": _mean(hits),
+        **_ci_columns("ranker_hit_at_k", [[float(any(c.candidate_has_answer[j] for j in c.permutation[:k]))
+                                           for c in r.ranker_calls if c.valid and not c.no_candidates]
+                                          for r in rolled]),
         "agent_groups_kept": sum(g.role == "agent" for g in kept),
         "ranker_groups_kept": sum(g.role == "ranker" for g in kept),
     }
@@ -1062,9 +1071,33 @@ def _baseline_row(scored: Sequence[RolloutRecord], baselines: dict[str, float] |
 
 def _eval_row(iteration: int, summary: dict) -> dict:
     overall = next(g for g in summary["groups"] if g["dataset"] == "average")
+    low, high = summary.get("f1_ci") or (None, None)  # (an evaluation made before the CI was kept has none)
     return {"iteration": iteration, "dev_f1": overall["f1"], "dev_em": overall["em"],
             "dev_search_turns": overall["searches"], "dev_format_fail": overall["format_fail"],
-            "dev_hit_at_k": overall.get("hit@3")}
+            "dev_hit_at_k": overall.get("hit@3"), "dev_f1_ci_low": low, "dev_f1_ci_high": high}
+
+
+def _f1_ci(evaluation) -> list[float] | None:
+    """95% bootstrap CI of the dev F1 the tables print (the unweighted mean over datasets), resampling questions
+    within each dataset: how far the curve's point could move on other questions of the same kind."""
+    from cosearch_cli.evaluate import paired_bootstrap
+
+    by_dataset: dict[str, list[float]] = {}
+    for q in evaluation.questions:
+        by_dataset.setdefault(q.dataset, []).append(q.f1)
+    average = paired_bootstrap(by_dataset).get("average") if by_dataset else None
+    return [average["ci_low"], average["ci_high"]] if average else None
+
+
+def _ci_columns(name: str, per_question: Sequence[Sequence[float]]) -> dict:
+    """`<name>_ci_low/high`: the 95% bootstrap CI of the pooled mean over these values, resampling whole
+    questions (a question's trajectories or ranker calls are not independent of each other)."""
+    from cosearch_cli.evaluate import mean_ci
+
+    clusters = [values for values in per_question if values]
+    ci = mean_ci([sum(v) / len(v) for v in clusters], [len(v) for v in clusters]) if clusters else None
+    low, high = ci or (None, None)
+    return {f"{name}_ci_low": low, f"{name}_ci_high": high}
 
 
 def _mean(values: Sequence[float]) -> float | None:

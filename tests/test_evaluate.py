@@ -7,7 +7,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from cosearch_cli.evaluate import compare, evaluate, hop_of, paired_bootstrap
+from cosearch_cli.evaluate import compare, evaluate, hop_of, mean_ci, paired_bootstrap
 from cosearch_cli.records import RankerCall, RolloutRecord, Trajectory
 
 
@@ -164,6 +164,20 @@ def test_bootstrap_is_seeded_and_independent_of_dict_order():
     reordered = {"musique": diffs["musique"], "nq": diffs["nq"]}
     assert paired_bootstrap(diffs, samples=300, seed=7) == paired_bootstrap(reordered, samples=300, seed=7)
     assert paired_bootstrap(diffs, samples=300, seed=7) != paired_bootstrap(diffs, samples=300, seed=8)
+
+
+def test_mean_ci_of_one_run_by_hand():
+    # One run's mean (a curve's point), not a difference. Values 0 and 1: replicate means 0, .5, 1 with
+    # probabilities 1/4, 1/2, 1/4, so the 95% interval is [0, 1]; equal values give a zero-width interval.
+    assert mean_ci([0.0, 1.0], samples=4000) == (0.0, 1.0)
+    assert mean_ci([0.3, 0.3, 0.3]) == (0.3, 0.3)
+    assert mean_ci([]) is None
+    # Pooled over calls: q1 one call at 1, q2 three calls at 0 (mean 1/4); whole questions are resampled, so a
+    # replicate is 1, 1/4 or 0, and the 90% interval (5th to 95th percentile) is still [0, 1].
+    assert mean_ci([1.0, 0.0], [1, 3], samples=4000, confidence=0.9) == (0.0, 1.0)
+    # The refactor shared with paired_bootstrap draws the same replicates for the same seed.
+    assert mean_ci([0.0, 1.0, 0.5, 0.25], seed=5) == tuple(
+        paired_bootstrap({"nq": np.array([0.0, 1.0, 0.5, 0.25])}, seed=5)["nq"][k] for k in ("ci_low", "ci_high"))
 
 
 def test_compare_pairs_questions_by_id():

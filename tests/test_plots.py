@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from cosearch_cli.curves import curves_figure
 from cosearch_cli.evaluate import DATASETS
@@ -63,3 +64,25 @@ def test_a_greedy_baseline_run_draws_the_greedy_reward_beside_the_training_rewar
     assert reward.get_legend() is not None
     assert len(curves_figure({"demo": [{"iteration": 0, "train_reward": 0.1}]}).axes[0].get_lines()) == 1
     plt.close("all")
+
+
+def test_curves_draw_each_points_ci_and_the_given_models_before_the_warm_up():
+    rows = [{"iteration": -2, "dev_f1": 0.08, "dev_f1_ci_low": 0.02, "dev_f1_ci_high": 0.15},
+            {"iteration": -1, "dev_f1": 0.31, "dev_f1_ci_low": 0.20, "dev_f1_ci_high": 0.43},
+            {"iteration": 0, "train_reward": 0.12, "train_reward_ci_low": 0.05, "train_reward_ci_high": 0.2},
+            {"iteration": 1, "train_reward": 0.07, "dev_f1": 0.29, "dev_f1_ci_low": 0.18, "dev_f1_ci_high": 0.40}]
+    fig = curves_figure({"demo": rows}, title="demo")
+    fig.canvas.draw()
+    reward, hits, _, dev = fig.axes
+    assert [t.get_text() for t in dev.get_xticklabels() if t.get_text() in ("given", "init")] == ["given", "init"]
+    (bars,) = dev.collections  # one vertical segment per point with a CI, from low to high
+    assert np.allclose([segment[:, 1] for segment in bars.get_segments()], [[0.02, 0.15], [0.20, 0.43], [0.18, 0.40]])
+    (bars,) = reward.collections  # iteration 1 has no CI: one bar only
+    assert np.allclose([segment[:, 1] for segment in bars.get_segments()], [[0.05, 0.2]])
+    assert not hits.collections
+    assert "95% bootstrap CI" in fig._suptitle.get_text()
+    plt.close(fig)
+    # Without CI columns (runs made before they were kept) the figure has no bars and says nothing of them.
+    fig = curves_figure({"old": [{"iteration": 0, "train_reward": 0.1}]})
+    assert not fig.axes[0].collections and fig._suptitle is None
+    plt.close(fig)

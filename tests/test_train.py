@@ -189,6 +189,11 @@ def test_demo_flow_reuses_the_final_evaluation_for_the_oracle_study(tmp_path, ti
     assert learning["dev_f1_trained"] == summary["dev_f1_trained"]
     assert learning["dev_f1_gain_ci"][0] <= learning["dev_f1_trained"] - learning["dev_f1_init"] <= \
         learning["dev_f1_gain_ci"][1]
+    # the training reward is printed with its CI over the iteration's questions (as curves.png draws it)
+    (low, high), reward = learning["train_reward_ci"][0], learning["train_reward"][0]
+    assert low <= reward <= high
+    (line,) = [x for x in summary["lines"] if x.startswith("training reward per iteration (95% CI")]
+    assert line.endswith(f"{reward:.3f} [{low:.3f}, {high:.3f}]")
 
 
 def test_eval_questions_cover_every_dataset_first():
@@ -335,6 +340,36 @@ def test_warmup_runs_first_and_the_run_starts_from_it(tmp_path, tiny_model_dir):
     with pytest.raises(ConfigError, match="warmup_ranker_demos"):
         _config(tmp_path / "d", tiny_model_dir, warmup_ranker_demos="some")
     assert manifest["options"]["demonstrations"]["ranker_uninformed_skipped"] == 0  # "all" keeps every call
+    # metrics.parquet (and curves.png) hold the given models' evaluation at -2 and the start's at -1, each
+    # dev F1 with its CI (the summary's f1_ci)
+    import polars as pl
+
+    log = pl.read_parquet(root / "metrics.parquet").sort("iteration")
+    assert log["iteration"].to_list() == [-2, -1, 0]
+    base = orjson.loads((root / "eval-base" / "summary.json").read_bytes())
+    assert log.row(0, named=True)["dev_f1_ci_low"] == base["f1_ci"][0]
+    assert all(r["dev_f1_ci_low"] <= r["dev_f1"] <= r["dev_f1_ci_high"] for r in log.iter_rows(named=True))
+
+
+def test_curve_cis_resample_whole_questions_by_hand():
+    from types import SimpleNamespace
+
+    from cosearch_cli.train import _ci_columns, _eval_row, _f1_ci
+
+    # q1: three trajectories at 1, q2: one at 0 (pooled mean 3/4). A replicate draws two questions: q1 twice
+    # -> 1 (p 1/4), q2 twice -> 0 (p 1/4), one each -> 3/4 (p 1/2); so the 95% interval is [0, 1]. A question
+    # with no values (no trajectory with a reward, no valid ranker call) is left out.
+    assert _ci_columns("train_reward", [[1.0, 1.0, 1.0], [0.0], []]) == {"train_reward_ci_low": 0.0,
+                                                                          "train_reward_ci_high": 1.0}
+    assert _ci_columns("ranker_hit_at_k", [[0.5], [0.5, 0.5]]) == {"ranker_hit_at_k_ci_low": 0.5,
+                                                                  "ranker_hit_at_k_ci_high": 0.5}
+    assert _ci_columns("x", [[]]) == {"x_ci_low": None, "x_ci_high": None}
+    # dev F1 is the unweighted mean over datasets, resampled within each: nq always 1, hotpotqa always 0.
+    scores = [SimpleNamespace(dataset=d, f1=f) for d, f in (("nq", 1.0), ("nq", 1.0), ("hotpotqa", 0.0))]
+    assert _f1_ci(SimpleNamespace(questions=scores)) == [0.5, 0.5]
+    summary = {"groups": [{"dataset": "average", "f1": 0.5, "em": 0.5, "searches": 1.0, "format_fail": 0.0}]}
+    assert _eval_row(0, summary)["dev_f1_ci_low"] is None  # a summary made before f1_ci was kept
+    assert _eval_row(0, {**summary, "f1_ci": [0.5, 0.5]})["dev_f1_ci_high"] == 0.5
 
 
 def test_demo_summary_says_which_models_were_updated_with_how_many_groups(tmp_path):
