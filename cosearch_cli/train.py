@@ -1036,23 +1036,23 @@ def _train_row(rolled: Sequence[RolloutRecord], scored: Sequence[RolloutRecord])
     trajectories = [t for r in scored for t in r.trajectories]
     calls = [c for r in rolled for c in r.ranker_calls]
     ranked = [c for c in calls if not c.no_candidates]
-    valid = [c for c in ranked if c.valid]
     k = max((len(c.chosen_ids) for c in calls), default=0)
-    hits = [float(any(c.candidate_has_answer[j] for j in c.permutation[:k])) for c in valid]
+    # per question (the CIs resample whole questions), then pooled for the means
+    rewards = [[t.reward for t in r.trajectories if t.reward is not None] for r in scored]
+    hits = [[float(any(c.candidate_has_answer[j] for j in c.permutation[:k])) for c in r.ranker_calls
+             if c.valid and not c.no_candidates] for r in rolled]
     kept = [g for r in scored for g in r.groups if g.kept]
     return {
-        "train_reward": _mean([t.reward for t in trajectories if t.reward is not None]),
-        **_ci_columns("train_reward", [[t.reward for t in r.trajectories if t.reward is not None] for r in scored]),
+        "train_reward": _mean([x for q in rewards for x in q]),
+        **_ci_columns("train_reward", rewards),
         "train_f1": _mean([t.scores.get("f1", 0.0) for t in trajectories]),
         "format_ok": _mean([float(t.format_ok) for t in trajectories]),
         "search_turns": _mean([float(t.n_searches) for t in trajectories]),
         "ranker_calls": len(calls),
         "ranker_no_candidates": len(calls) - len(ranked),
         "ranker_valid": _mean([float(c.valid) for c in ranked]),
-        "ranker_hit_at_k": _mean(hits),
-        **_ci_columns("ranker_hit_at_k", [[float(any(c.candidate_has_answer[j] for j in c.permutation[:k]))
-                                           for c in r.ranker_calls if c.valid and not c.no_candidates]
-                                          for r in rolled]),
+        "ranker_hit_at_k": _mean([x for q in hits for x in q]),
+        **_ci_columns("ranker_hit_at_k", hits),
         "agent_groups_kept": sum(g.role == "agent" for g in kept),
         "ranker_groups_kept": sum(g.role == "ranker" for g in kept),
     }
@@ -1085,7 +1085,7 @@ def _f1_ci(evaluation) -> list[float] | None:
     by_dataset: dict[str, list[float]] = {}
     for q in evaluation.questions:
         by_dataset.setdefault(q.dataset, []).append(q.f1)
-    average = paired_bootstrap(by_dataset).get("average") if by_dataset else None
+    average = paired_bootstrap(by_dataset).get("average")  # None without questions
     return [average["ci_low"], average["ci_high"]] if average else None
 
 
@@ -1095,8 +1095,7 @@ def _ci_columns(name: str, per_question: Sequence[Sequence[float]]) -> dict:
     from cosearch_cli.evaluate import mean_ci
 
     clusters = [values for values in per_question if values]
-    ci = mean_ci([sum(v) / len(v) for v in clusters], [len(v) for v in clusters]) if clusters else None
-    low, high = ci or (None, None)
+    low, high = mean_ci([sum(v) / len(v) for v in clusters], [len(v) for v in clusters]) or (None, None)
     return {f"{name}_ci_low": low, f"{name}_ci_high": high}
 
 
