@@ -1,4 +1,5 @@
-"""Training curves of a run (training reward, ranker Hit@K, search turns, dev F1) as one PNG."""
+"""Training curves of a run (training reward, ranker Hit@K, search turns, dev F1; the demo adds its rankers' held-out
+Hit@1) as one PNG."""
 
 from __future__ import annotations
 
@@ -14,11 +15,16 @@ PANELS = (
     ("search_turns", "search turns per trajectory"),
     ("dev_f1", "dev F1 (greedy)"),
 )
+# Panels drawn only when a run has their metric: the demo's Hit@1 of each ranker (given, starting, trained) on
+# the same held-out calls (demo.write_heldout_ranker).
+OPTIONAL = (("heldout_ranker_hit1", "held-out ranker Hit@1 (same calls)"),)
 
 
-# Drawn dashed beside a panel's metric when a run has it: with agent_baseline = "greedy", the mean reward of the
-# greedy trajectories the samples' advantages are measured from.
-BESIDE = {"train_reward": "train_greedy_reward"}
+# Drawn dashed beside a panel's metric when a run has it, with the label's suffix: with agent_baseline =
+# "greedy", the mean reward of the greedy trajectories the samples' advantages are measured from; beside the
+# held-out rankers, the retriever's own order on the same calls.
+BESIDE = {"train_reward": ("train_greedy_reward", "greedy"), "heldout_ranker_hit1": ("heldout_retriever_hit1",
+                                                                                     "retriever order")}
 
 
 # x positions of the evaluations before RL: the given models (before a warm-up) and the models RL starts from.
@@ -55,9 +61,12 @@ def curves_figure(runs: dict[str, Sequence[dict]], *, title: str = ""):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2))
+    panels = PANELS + tuple(p for p in OPTIONAL if any(r.get(p[0]) is not None for rows in runs.values() for r in rows))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.2))
     ci_drawn = False
-    for ax, (key, label) in zip(axes, PANELS):
+    companions = set()
+    for ax, (key, label) in zip(axes, panels):
+        beside, suffix = BESIDE.get(key, (None, None))
         for name, rows in runs.items():
             points = [(r["iteration"], r[key]) for r in rows if r.get(key) is not None]
             if points:
@@ -70,17 +79,19 @@ def curves_figure(runs: dict[str, Sequence[dict]], *, title: str = ""):
                     ax.errorbar(bx, by, yerr=[[y - lo for y, lo in zip(by, low)], [hi - y for y, hi in zip(by, high)]],
                                 fmt="none", ecolor=line.get_color(), alpha=0.5, capsize=3)
                     ci_drawn = True
-                baseline = [(r["iteration"], r[BESIDE[key]]) for r in rows if r.get(BESIDE.get(key)) is not None]
-                if baseline:  # agent_baseline = "greedy": the greedy trajectories' reward, dashed in the same colour
-                    xs, ys = zip(*sorted(baseline))
-                    ax.plot(xs, ys, linestyle="--", marker=".", color=line.get_color(), label=f"{name}: greedy")
+                companion = [(r["iteration"], r[beside]) for r in rows if beside and r.get(beside) is not None]
+                if companion:  # e.g. the greedy trajectories' reward, dashed in the same colour
+                    xs, ys = zip(*sorted(companion))
+                    ax.plot(xs, ys, linestyle="--", marker=".", color=line.get_color(), label=f"{name}: {suffix}")
+                    companions.add(ax)
         ax.set_title(label, fontsize=10)
         ax.set_xlabel("iteration")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: BEFORE.get(round(x), f"{x:.0f}")))
         ax.grid(alpha=0.3)
-    if len(runs) > 1 or axes[0].get_legend_handles_labels()[1][1:]:
-        axes[0].legend(fontsize=8)
+    for ax in axes:  # the runs' names on the first panel; a panel with a dashed companion line says what it is
+        if len(runs) > 1 and ax is axes[0] or ax in companions:
+            ax.legend(fontsize=8)
     if title or ci_drawn:
         fig.suptitle(title + ("  (bars: 95% bootstrap CI over questions)" if ci_drawn else ""))
     fig.tight_layout()

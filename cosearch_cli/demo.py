@@ -48,7 +48,8 @@ def run_demo(config: TrainConfig, runner: Runner) -> dict:
     lines = learning.pop("lines") + [
         f"oracle study: {config.ranker} ranker {_fmt(standard['average'])} vs oracle {_fmt(oracle_row['average'])} "
         f"(relative gap {_fmt(standard['gap average'], pct=True)}; paper 7B +14.7%, 3B +26.8%)",
-        f"artifacts: {root}/ (metrics.parquet, curves.png, iter-*/, eval-init/, learning.json, oracle/report.md)",
+        f"artifacts: {root}/ (metrics.parquet, curves.png, iter-*/, eval-init/, learning.json, ranker-heldout.json, "
+        "oracle/report.md)",
     ]
     return {"run": str(root), **learning, "oracle_table": study.table, "lines": lines}
 
@@ -62,6 +63,7 @@ def learning_summary(config: TrainConfig, runner: Runner) -> dict:
     from cosearch_cli.ranker_quality import fixed_calls, recorded_scores, rerank
 
     paths = runner.paths
+    warm = paths.warmup.is_dir()
     final = read_records(paths.iteration(config.iterations - 1) / "eval" / "rollouts.jsonl")
     start = read_records(paths.root / "eval-init" / "rollouts.jsonl")
     base_path = paths.root / "eval-base" / "rollouts.jsonl"
@@ -82,6 +84,11 @@ def learning_summary(config: TrainConfig, runner: Runner) -> dict:
         ranker_after = ranker_start if trained == begin else rerank(calls, runner.backend(trained), docs,
                                                                     constrained=constrained)
     overall = compare_runs(base, final, calls=calls, ranker_before=ranker_before, ranker_after=ranker_after)
+    if calls is not None:
+        points = ([(-2, ranker_before)] if base_path.is_file() else []) + [(-1, ranker_start),
+                                                                            (config.iterations - 1, ranker_after)]
+        write_heldout_ranker(paths.heldout_ranker, calls, points)
+        runner.write_metrics_log()  # metrics.parquet and curves.png gain the held-out ranker's points
     rl = compare_runs(start, final)
     updated = {role: sum(1 for r in rows if r.get(f"{role}_skipped") is False) for role in ("agent", "ranker")}
     figures = {
@@ -105,7 +112,6 @@ def learning_summary(config: TrainConfig, runner: Runner) -> dict:
         "train_reward_ci": [[r.get("train_reward_ci_low"), r.get("train_reward_ci_high")] for r in rows],
     }
     write_json_atomic(paths.root / "learning.json", {**figures, "overall": overall, "rl": rl})
-    warm = paths.warmup.is_dir()
     n = figures["questions"]
     lines = [
         f"held-out dev F1 ({n} questions, greedy; a small sample): given models {_fmt(figures['dev_f1_init'])}"
@@ -129,6 +135,24 @@ def learning_summary(config: TrainConfig, runner: Runner) -> dict:
         _fmt(r) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci[0] is not None else "")
         for r, ci in zip(figures["train_reward"], figures["train_reward_ci"])))
     return {**figures, "lines": lines}
+
+
+def write_heldout_ranker(path, calls, points) -> None:
+    """`<run>/ranker-heldout.json` (RunPaths.heldout_ranker): the Hit@1 of each ranker the run had (given,
+    starting, trained; `points` are (its row's iteration in metrics.parquet, its scores)) on the same held-out
+    calls, with its 95% CI, beside the retriever's own order on them. `write_metrics_log` adds these to the rows
+    of those iterations, so the curves show the ranker's quality on held-out calls, not only on training's."""
+    from cosearch_cli.ranker_quality import level_ci, retriever_scores
+
+    retriever = quality(retriever_scores(calls))
+    rows = []
+    for iteration, scores in points:
+        low, high = level_ci(scores) or (None, None)
+        rows.append({"iteration": iteration, "heldout_ranker_hit1": quality(scores)["hit1"],
+                     "heldout_ranker_hit1_ci_low": low, "heldout_ranker_hit1_ci_high": high,
+                     "heldout_retriever_hit1": retriever["hit1"]})
+    write_json_atomic(path, {"calls": len(calls.pairs), "calls_with_answer": retriever["calls_with_answer"],
+                             "questions": calls.questions(), "calls_from": "eval-init/rollouts.jsonl", "rows": rows})
 
 
 def _updates_line(root, config: TrainConfig) -> str:

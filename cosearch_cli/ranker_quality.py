@@ -211,6 +211,16 @@ def quality(scores: Sequence[CallScore]) -> dict:
             "thin_datasets": [r["dataset"] for r in rows if r["questions_with_answer"] == 1]}
 
 
+def level_ci(scores: Sequence[CallScore], metric: str = "hit1", *, samples: int = 1000, seed: int = 0,
+             confidence: float = 0.95) -> list[float] | None:
+    """The bootstrap CI of one order's `metric` as `quality()` averages it (pooled over a dataset's counted
+    calls, then the unweighted mean over datasets): whole questions resampled within each dataset, a question's
+    calls together. None when no call counts."""
+    per_call = [(s.dataset, s.question_id, getattr(s, metric)) for s in scores if getattr(s, metric) is not None]
+    average = _cluster_bootstrap(per_call, samples=samples, seed=seed, confidence=confidence).get("average")
+    return [average["ci_low"], average["ci_high"]] if average else None
+
+
 def paired_difference(a: Sequence[CallScore], b: Sequence[CallScore], metric: str, *, samples: int = 1000,
                       seed: int = 0, confidence: float = 0.95) -> dict[str, dict]:
     """B - A of `metric` on the same calls, with a paired cluster-bootstrap CI per dataset and group.
@@ -222,19 +232,23 @@ def paired_difference(a: Sequence[CallScore], b: Sequence[CallScore], metric: st
     if set(b_by_call) != {s.call_id for s in a}:
         raise InputError("the two rankings were made on different calls",
                          fix="score both rankers on the calls of one rollout file")
+    per_call = [(sa.dataset, sa.question_id, getattr(b_by_call[sa.call_id], metric) - getattr(sa, metric))
+                for sa in a if getattr(sa, metric) is not None]
+    return _cluster_bootstrap(per_call, samples=samples, seed=seed, confidence=confidence)
+
+
+def _cluster_bootstrap(per_call: Sequence[tuple[str, str, float]], **settings) -> dict[str, dict]:
+    """paired_bootstrap over calls given as (dataset, question, value): a question's value is its mean over its
+    calls and its weight their number ({} without calls)."""
     per_question: dict[tuple[str, str], list[float]] = {}
-    for sa in a:
-        sb = b_by_call[sa.call_id]
-        if getattr(sa, metric) is None:
-            continue
-        per_question.setdefault((sa.dataset, sa.question_id), []).append(getattr(sb, metric) - getattr(sa, metric))
-    diffs: dict[str, list[float]] = {}
+    for dataset, question, value in per_call:
+        per_question.setdefault((dataset, question), []).append(value)
+    values: dict[str, list[float]] = {}
     weights: dict[str, list[float]] = {}
-    for (dataset, _), values in per_question.items():
-        diffs.setdefault(dataset, []).append(sum(values) / len(values))
-        weights.setdefault(dataset, []).append(len(values))
-    if not diffs:
+    for (dataset, _), members in per_question.items():
+        values.setdefault(dataset, []).append(sum(members) / len(members))
+        weights.setdefault(dataset, []).append(len(members))
+    if not values:
         return {}
-    return paired_bootstrap({d: np.array(v) for d, v in diffs.items()},
-                            weights={d: np.array(v) for d, v in weights.items()}, samples=samples, seed=seed,
-                            confidence=confidence)
+    return paired_bootstrap({d: np.array(v) for d, v in values.items()},
+                            weights={d: np.array(w) for d, w in weights.items()}, **settings)

@@ -483,6 +483,11 @@ class RunPaths:
     def warmup(self) -> Path:
         return self.root / "warmup"
 
+    @property
+    def heldout_ranker(self) -> Path:
+        """The demo's held-out Hit@1 of each ranker the run had (demo.write_heldout_ranker)."""
+        return self.root / "ranker-heldout.json"
+
 
 @dataclass
 class Models:
@@ -1015,6 +1020,9 @@ class Runner:
                 rows.append(orjson.loads((folder / "metrics.json").read_bytes()))
         if not rows:
             return
+        if self.paths.heldout_ranker.is_file():  # the rankers' Hit@1 on the same held-out calls, at their rows
+            extra = {r["iteration"]: r for r in orjson.loads(self.paths.heldout_ranker.read_bytes())["rows"]}
+            rows = [{**r, **extra.get(r["iteration"], {})} for r in rows]
         flat = [{k: (orjson.dumps(v).decode() if isinstance(v, dict) else v) for k, v in r.items()} for r in rows]
         frame = pl.DataFrame(flat, infer_schema_length=None)
         with Writer(self.paths.metrics) as writer:

@@ -86,3 +86,31 @@ def test_curves_draw_each_points_ci_and_the_given_models_before_the_warm_up():
     fig = curves_figure({"old": [{"iteration": 0, "train_reward": 0.1}]})
     assert not fig.axes[0].collections and fig._suptitle is None
     plt.close(fig)
+
+
+def test_the_demos_held_out_ranker_panel_shows_each_ranker_with_its_ci_beside_the_retriever():
+    rows = [{"iteration": -2, "dev_f1": 0.08, "heldout_ranker_hit1": 0.36, "heldout_ranker_hit1_ci_low": 0.18,
+             "heldout_ranker_hit1_ci_high": 0.56, "heldout_retriever_hit1": 0.49},
+            {"iteration": -1, "dev_f1": 0.31, "heldout_ranker_hit1": 0.49, "heldout_ranker_hit1_ci_low": 0.31,
+             "heldout_ranker_hit1_ci_high": 0.67, "heldout_retriever_hit1": 0.49},
+            {"iteration": 0, "train_reward": 0.12},
+            {"iteration": 1, "train_reward": 0.07, "dev_f1": 0.29, "heldout_ranker_hit1": 0.49,
+             "heldout_ranker_hit1_ci_low": 0.31, "heldout_ranker_hit1_ci_high": 0.67, "heldout_retriever_hit1": 0.49}]
+    fig = curves_figure({"demo": rows})
+    fig.canvas.draw()
+    assert len(fig.axes) == 5
+    panel = fig.axes[4]
+    assert panel.get_title() == "held-out ranker Hit@1 (same calls)"
+    lines = {line.get_label(): line for line in panel.get_lines()}
+    assert list(lines["demo"].get_xdata()) == [-2, -1, 1] and list(lines["demo"].get_ydata()) == [0.36, 0.49, 0.49]
+    retriever = lines["demo: retriever order"]
+    assert list(retriever.get_ydata()) == [0.49] * 3 and retriever.get_linestyle() == "--"
+    (bars,) = panel.collections
+    assert np.allclose([segment[:, 1] for segment in bars.get_segments()], [[0.18, 0.56], [0.31, 0.67], [0.31, 0.67]])
+    assert panel.get_legend() is not None and fig.axes[0].get_legend() is None  # one run: no legend elsewhere
+    assert [t.get_text() for t in panel.get_xticklabels() if t.get_text() in ("given", "init")] == ["given", "init"]
+    plt.close(fig)
+    # A `cosearch train` run has no such points: the four panels only.
+    fig = curves_figure({"run": rows[2:3]})
+    assert len(fig.axes) == 4
+    plt.close(fig)

@@ -16,7 +16,7 @@ from cosearch_cli.errors import InputError
 from cosearch_cli.gains import compare_runs
 from cosearch_cli.generation.base import Generation
 from cosearch_cli.generation.hf import HFBackend
-from cosearch_cli.ranker_quality import (fixed_calls, hit_at_1, ndcg_at_k, paired_difference, quality,
+from cosearch_cli.ranker_quality import (fixed_calls, hit_at_1, level_ci, ndcg_at_k, paired_difference, quality,
                                          recorded_scores, rerank, retriever_scores, score_order)
 from cosearch_cli.rollout import RolloutConfig, ranker_constraint_factory, run_rollouts
 
@@ -113,6 +113,24 @@ def test_paired_difference_resamples_questions_not_calls():
     diff = paired_difference(before, after, "hit1", samples=4000, seed=0)["nq"]
     assert diff["diff"] == 0.25 and (diff["ci_low"], diff["ci_high"]) == (0.0, 1.0)
     assert diff["share_positive"] == pytest.approx(0.75, abs=0.03)
+
+
+def test_level_ci_resamples_questions_within_datasets_by_hand():
+    # One counted question per dataset (hand_records): every replicate redraws it, so the interval is the point.
+    ranker = recorded_scores(fixed_calls(hand_records()))
+    assert level_ci(ranker) == [0.75, 0.75] and level_ci(ranker, "ndcg") == [pytest.approx(quality(ranker)["ndcg"])] * 2
+    # nq: q1 Hit@1 1 on its one call, q2 0 on its three calls (pooled 1/4). A replicate draws two questions:
+    # both q1 (1/4 of the time) -> 1, both q2 (1/4) -> 0, one each -> 1/4; the 2.5% and 97.5% points: 0 and 1.
+    has = [True, False]
+    records = [make_record("q1", "nq", ["a"], [("a", 1, True)], [(has, [0, 1], True)], sampling={"k": 2}),
+               make_record("q2", "nq", ["a"], [("a", 1, True)], [(has, [0, 1], True)] * 3, sampling={"k": 2})]
+    calls = fixed_calls(records)
+    scores = [score_order(record, call, [0, 1] if record.question_id == "q1" else [1, 0], 2)
+              for record, call in calls.pairs]
+    assert quality(scores)["hit1"] == 0.25 and level_ci(scores, samples=4000) == [0.0, 1.0]
+    assert level_ci(scores, samples=4000, confidence=0.4) == [0.25, 0.25]  # the middle 40%: mixed draws (1/2)
+    no_answer = [replace(s, hit1=None, ndcg=None) for s in scores]
+    assert level_ci(no_answer) is None
 
 
 def test_paired_difference_refuses_other_calls():

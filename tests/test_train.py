@@ -194,6 +194,42 @@ def test_demo_flow_reuses_the_final_evaluation_for_the_oracle_study(tmp_path, ti
     assert low <= reward <= high
     (line,) = [x for x in summary["lines"] if x.startswith("training reward per iteration (95% CI")]
     assert line.endswith(f"{reward:.3f} [{low:.3f}, {high:.3f}]")
+    # this tiny agent never searched, so no ranker call can be re-ranked and there are no held-out ranker points
+    assert learning["ranker_calls"] is None and not (root / "ranker-heldout.json").exists()
+
+
+def test_the_rankers_held_out_hit1_joins_the_metrics_rows_and_the_curves(tmp_path):
+    from test_ranker_quality import hand_records
+
+    from cosearch_cli import train as training
+    from cosearch_cli.demo import write_heldout_ranker
+    from cosearch_cli.ranker_quality import fixed_calls, recorded_scores, retriever_scores
+
+    cfg = TrainConfig(name="d", out=str(tmp_path), iterations=1)
+    runner = training.Runner(cfg)
+    paths = runner.paths
+    for folder, row in (("eval-base", {"iteration": -2, "dev_f1": 0.1}),
+                        ("eval-init", {"iteration": -1, "dev_f1": 0.3}),
+                        ("iter-0000", {"iteration": 0, "train_reward": 0.2, "dev_f1": 0.25})):
+        (paths.root / folder).mkdir(parents=True)
+        (paths.root / folder / "metrics.json").write_bytes(orjson.dumps(row))
+    calls = fixed_calls(hand_records())
+    # Hit@1 by hand (test_ranker_quality): retriever 0.25, the recorded ranker 0.75; one counted question per
+    # dataset, so each CI is its point
+    write_heldout_ranker(paths.heldout_ranker, calls, [(-2, retriever_scores(calls)), (0, recorded_scores(calls))])
+    runner.write_metrics_log()
+    heldout = orjson.loads(paths.heldout_ranker.read_bytes())
+    assert (heldout["calls"], heldout["calls_with_answer"], heldout["questions"]) == (4, 3, 3)
+    import polars as pl
+
+    frame = pl.read_parquet(paths.metrics).sort("iteration")
+    assert frame["iteration"].to_list() == [-2, -1, 0] and frame["dev_f1"].to_list() == [0.1, 0.3, 0.25]
+    assert frame["heldout_ranker_hit1"].to_list() == [0.25, None, 0.75]
+    assert frame["heldout_ranker_hit1_ci_low"].to_list() == [0.25, None, 0.75]
+    assert frame["heldout_retriever_hit1"].to_list() == [0.25, None, 0.25]
+    assert (paths.root / "curves.png").is_file()
+    runner.write_metrics_log()  # rebuilt from the files: the same rows, not duplicated
+    assert pl.read_parquet(paths.metrics).height == 3
 
 
 def test_eval_questions_cover_every_dataset_first():
