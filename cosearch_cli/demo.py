@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import time
+from dataclasses import asdict
+from pathlib import Path
 
 import orjson
 
@@ -24,7 +27,7 @@ def run_demo(config: TrainConfig, runner: Runner) -> dict:
     root = runner.run()
     dev = eval_questions(read_questions(config.dev_questions), config.eval_limit)
     models = current_models(runner.paths, config, config.iterations)
-    folder = oracle.StudyFolder(root / "oracle")
+    folder = _oracle_folder(root / "oracle", models, runner.log)
 
     def rollouts(half: str, questions):
         return runner.rollouts_with(half, questions, models)
@@ -52,6 +55,28 @@ def run_demo(config: TrainConfig, runner: Runner) -> dict:
         "oracle/report.md)",
     ]
     return {"run": str(root), **learning, "oracle_table": study.table, "lines": lines}
+
+
+def _oracle_folder(path: Path, models, log) -> oracle.StudyFolder:
+    """The study folder of these models. A folder made with other models (the run was continued to more
+    iterations since) is deleted, so its halves are redone rather than reported for the new models."""
+    made_with = _oracle_models(path)
+    if made_with is not None and made_with != asdict(models):
+        log(f"the oracle study in {path} was made with {made_with['agent']}; redoing it with {models.agent}")
+        shutil.rmtree(path)
+    folder = oracle.StudyFolder(path)
+    write_json_atomic(path / "models.json", asdict(models))
+    return folder
+
+
+def _oracle_models(path: Path) -> dict | None:
+    """The models an oracle folder's halves were made with: models.json, or in folders made before it was
+    written, a finished half's manifest; None when nothing says (no folder, or only partial halves)."""
+    if (path / "models.json").is_file():
+        return orjson.loads((path / "models.json").read_bytes())
+    for manifest in sorted(path.glob("*.manifest.json")):
+        return orjson.loads(manifest.read_bytes())["options"]["models"]
+    return None
 
 
 def learning_summary(config: TrainConfig, runner: Runner) -> dict:

@@ -198,6 +198,39 @@ def test_demo_flow_reuses_the_final_evaluation_for_the_oracle_study(tmp_path, ti
     assert learning["ranker_calls"] is None and not (root / "ranker-heldout.json").exists()
 
 
+def test_the_demos_oracle_study_is_redone_when_the_models_it_was_made_with_changed(tmp_path, tiny_model_dir):
+    from dataclasses import asdict
+
+    from cosearch_cli import train as training
+    from cosearch_cli.demo import run_demo
+
+    cfg = _config(tmp_path, tiny_model_dir, iterations=1, eval_init=True)
+    root = Path(run_demo(cfg, training.Runner(cfg))["run"])
+    models = asdict(training.current_models(training.RunPaths(root), cfg, 1))
+    folder = root / "oracle"
+    assert orjson.loads((folder / "models.json").read_bytes()) == models
+
+    def rerun() -> list[str]:
+        messages = []
+        run_demo(cfg, training.Runner(cfg, log=messages.append))
+        return [m for m in messages if m.startswith("the oracle study in")]
+
+    assert rerun() == []  # same models: the finished halves are reused
+    # as after `--iterations` grew: the halves were made with the models of an earlier iteration
+    (folder / "models.json").write_bytes(orjson.dumps({"agent": "iter-0000/agent", "ranker": "iter-0000/ranker"}))
+    (folder / "oracle.jsonl").write_bytes(b"stale\n")
+    assert rerun() == [f"the oracle study in {folder} was made with iter-0000/agent; redoing it with {models['agent']}"]
+    assert orjson.loads((folder / "models.json").read_bytes()) == models
+    assert orjson.loads((folder / "oracle.manifest.json").read_bytes())["options"]["models"] == models
+    assert (folder / "oracle.jsonl").read_bytes() != b"stale\n"
+    # a folder from before models.json was written: a finished half's manifest says which models made it
+    (folder / "models.json").unlink()
+    manifest = orjson.loads((folder / "llm.manifest.json").read_bytes())
+    manifest["options"]["models"] = {"agent": "older", "ranker": "older"}
+    (folder / "llm.manifest.json").write_bytes(orjson.dumps(manifest))
+    assert rerun() == [f"the oracle study in {folder} was made with older; redoing it with {models['agent']}"]
+
+
 def test_the_rankers_held_out_hit1_joins_the_metrics_rows_and_the_curves(tmp_path):
     from test_ranker_quality import hand_records
 
