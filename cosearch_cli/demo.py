@@ -74,9 +74,8 @@ def _oracle_models(path: Path) -> dict | None:
     written, a finished half's manifest; None when nothing says (no folder, or only partial halves)."""
     if (path / "models.json").is_file():
         return orjson.loads((path / "models.json").read_bytes())
-    for manifest in sorted(path.glob("*.manifest.json")):
-        return orjson.loads(manifest.read_bytes())["options"]["models"]
-    return None
+    manifests = sorted(path.glob("*.manifest.json"))
+    return orjson.loads(manifests[0].read_bytes())["options"]["models"] if manifests else None
 
 
 def learning_summary(config: TrainConfig, runner: Runner) -> dict:
@@ -88,7 +87,6 @@ def learning_summary(config: TrainConfig, runner: Runner) -> dict:
     from cosearch_cli.ranker_quality import fixed_calls, recorded_scores, rerank
 
     paths = runner.paths
-    warm = paths.warmup.is_dir()
     final = read_records(paths.iteration(config.iterations - 1) / "eval" / "rollouts.jsonl")
     start = read_records(paths.root / "eval-init" / "rollouts.jsonl")
     base_path = paths.root / "eval-base" / "rollouts.jsonl"
@@ -137,6 +135,7 @@ def learning_summary(config: TrainConfig, runner: Runner) -> dict:
         "train_reward_ci": [[r.get("train_reward_ci_low"), r.get("train_reward_ci_high")] for r in rows],
     }
     write_json_atomic(paths.root / "learning.json", {**figures, "overall": overall, "rl": rl})
+    warm = paths.warmup.is_dir()
     n = figures["questions"]
     lines = [
         f"held-out dev F1 ({n} questions, greedy; a small sample): given models {_fmt(figures['dev_f1_init'])}"
