@@ -30,20 +30,12 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from evidence_in_view import answer_in_view  # noqa: E402
 from learning_split import DATA, read_file, row  # noqa: E402
-from title_filter import answer_is_title  # noqa: E402
 
+from cosearch_cli.answerable import answerable  # noqa: E402
 from cosearch_cli.artifacts import Writer, file_sha256, make_manifest  # noqa: E402
 from cosearch_cli.records import Question, read_questions  # noqa: E402
 from cosearch_cli.splits import QuestionKeys, sha1_order  # noqa: E402
-
-
-def answerable(answers: list[str], texts: list[str], titles: list[str], *, k: int, tokenizer,
-               passage_tokens: int) -> bool:
-    """A gold answer shows within the first `passage_tokens` of one of the first `k` texts, and no gold answer
-    is one of the `titles`."""
-    return any(answer_in_view(tokenizer, answers, texts[:k], passage_tokens)) and not answer_is_title(answers, titles)
 
 
 def excluded_keys(paths: list[str]) -> QuestionKeys:

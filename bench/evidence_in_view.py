@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from results_io import load_average, write_results  # noqa: E402
 
-from cosearch_cli.agent import truncate_to_tokens  # noqa: E402
+from cosearch_cli.answerable import answer_in_view as in_view  # noqa: E402
 from cosearch_cli.metrics import has_answer  # noqa: E402
 
 WHOLE = 0  # budget meaning "the whole passage"
@@ -31,8 +31,7 @@ WHOLE = 0  # budget meaning "the whole passage"
 
 def answer_in_view(tokenizer, answers: list[str], texts: list[str], budget: int) -> list[bool]:
     """Per candidate text: whether a gold answer lies within its first `budget` tokens (WHOLE: anywhere)."""
-    shown = texts if budget == WHOLE else truncate_to_tokens(tokenizer, texts, budget)
-    return [has_answer(t, answers) for t in shown]
+    return in_view(tokenizer, answers, texts, None if budget == WHOLE else budget)
 
 
 def visibility(calls: list[tuple[list[str], list[str]]], tokenizer, budgets: list[int]) -> dict:

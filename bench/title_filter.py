@@ -18,28 +18,15 @@ filters them. Writes the kept questions, a manifest beside them (with the counts
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cosearch_cli.answerable import answer_is_title  # noqa: E402
 from cosearch_cli.artifacts import Writer, file_sha256, make_manifest  # noqa: E402
 from cosearch_cli.index.build import open_index  # noqa: E402
-from cosearch_cli.metrics import normalize_answer  # noqa: E402
-
-QUALIFIER = re.compile(r"\s*\([^)]*\)\s*$")
-
-
-def title_forms(title: str) -> set[str]:
-    """A title's normalised forms: as written, and without a trailing "(...)" qualifier."""
-    return {normalize_answer(title), normalize_answer(QUALIFIER.sub("", title))} - {""}
-
-
-def answer_is_title(answers: list[str], titles: list[str]) -> bool:
-    forms = set().union(*map(title_forms, titles))
-    return any(normalize_answer(a) in forms for a in answers)
 
 
 def flags(rows: list[dict], index, top_n: int) -> list[bool]:

@@ -125,6 +125,11 @@ class TrainConfig:
     question's groups."""
     max_draw: int = 0
     """Most questions one iteration may draw with dynamic sampling (0: 4 x questions_per_iteration)."""
+    rl_questions: str = "all"
+    """Which training questions RL draws: "all", or "answerable" (those whose gold answer shows within the
+    first `passage_tokens` of the retriever's top `k` for the question's own text, and is no top-`top_n`
+    title: cosearch_cli/answerable.py; a pass-rate-style filter with the gold answers). The warm-up draws from
+    all of them either way."""
     agent_baseline: str = "group"
     """What the agent's advantages are measured from: group (GRPO: the group's mean, scaled by its standard
     deviation, as METHOD.md) or greedy (ReMax: each training question is also rolled out once greedily by the
@@ -227,6 +232,8 @@ class TrainConfig:
                              f"must be one of {', '.join(RANKER_DEMOS)}, not {self.warmup_ranker_demos!r}"))
         if self.lr_warmup < 0 or self.max_grad_norm < 0 or self.max_draw < 0 or self.heldout_kl < 0:
             problems.append(("lr_warmup/max_grad_norm/max_draw/heldout_kl", "must be >= 0"))
+        if self.rl_questions not in RL_QUESTIONS:
+            problems.append(("rl_questions", f"must be one of {', '.join(RL_QUESTIONS)}, not {self.rl_questions!r}"))
         if self.agent_baseline not in AGENT_BASELINES:
             problems.append(("agent_baseline", f"must be one of {', '.join(AGENT_BASELINES)}, "
                                                f"not {self.agent_baseline!r}"))
@@ -273,6 +280,7 @@ class TrainConfig:
 
 
 AGENT_BASELINES = ("group", "greedy")
+RL_QUESTIONS = ("all", "answerable")
 
 # The rollout preset `paper` (cosearch_cli/rollout.py PRESETS), repeated so that reading a training configuration
 # does not import torch; tests/test_train_paper.py checks that `train --preset paper-7b` hands the rollout these.
@@ -946,11 +954,31 @@ class Runner:
             self.log("evaluating the models RL starts from" + (" (after the warm-up)" if c.warmup_questions else ""))
             init = self.evaluate(self.paths.root / "eval-init", current_models(self.paths, c, 0), dev)
             write_json_atomic(self.paths.root / "eval-init" / "metrics.json", _eval_row(-1, init))
+        rl_questions = self.rl_questions(train_questions)
         for i in range(c.iterations):
-            self.iteration(i, train_questions, dev)
+            self.iteration(i, rl_questions, dev)
             prune_checkpoints(self.paths, c.keep_checkpoints, upto=i + 1, log=self.log)
         self.write_metrics_log()
         return self.paths.root
+
+    def rl_questions(self, train_questions: Sequence[Question]) -> Sequence[Question]:
+        """The training questions RL draws from (`rl_questions`), in their file's order."""
+        c = self.config
+        if c.rl_questions == "all":
+            return train_questions
+        from cosearch_cli.answerable import answerable_questions
+        from cosearch_cli.models import load_tokenizer
+
+        kept = answerable_questions(train_questions, index=self.index, retriever=None,
+                                    tokenizer=load_tokenizer(c.agent), k=c.k, top_n=c.top_n,
+                                    passage_tokens=c.passage_tokens)
+        self.log(f"RL draws from the {len(kept)} of {len(train_questions)} training questions whose gold answer "
+                 f"shows within the first {c.passage_tokens} tokens of the retriever's top {c.k} "
+                 f"(rl_questions = \"answerable\")")
+        if not kept:
+            raise ConfigError("no training question is answerable from the retriever's passages",
+                              path=c.questions, fix='use rl_questions = "all", or more training questions')
+        return kept
 
     def iteration(self, i: int, train_questions: Sequence[Question], dev: Sequence[Question]) -> dict:
         c = self.config

@@ -9,16 +9,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
 from answerable_pool import answerable  # noqa: E402
-
-
-class WordTokenizer:
-    """One token per space-separated word: budgets below count words."""
-
-    def __call__(self, texts, add_special_tokens=False):
-        return {"input_ids": [text.split() for text in texts]}
-
-    def decode(self, ids):
-        return " ".join(ids)
+from test_answerable import WordTokenizer  # noqa: E402
 
 
 def test_answer_must_show_within_the_budget_of_the_first_k():

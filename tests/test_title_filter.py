@@ -1,4 +1,5 @@
-"""bench/title_filter.py: which training questions have a gold answer that is a retrieved passage's title."""
+"""bench/title_filter.py, with its rules in cosearch_cli/answerable.py: which training questions have a gold
+answer that is a retrieved passage's title."""
 
 import subprocess
 import sys
@@ -8,7 +9,9 @@ import orjson
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
-from title_filter import answer_is_title, flags, title_forms  # noqa: E402
+from title_filter import flags  # noqa: E402
+
+from cosearch_cli.answerable import answer_is_title, title_forms  # noqa: E402
 
 
 def test_title_forms_strip_a_trailing_qualifier():

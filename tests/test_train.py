@@ -357,6 +357,35 @@ def test_dynamic_sampling_draws_until_enough_groups_or_the_cap(tmp_path, tiny_mo
     assert (root / "iter-0000" / "agent.skipped.json").is_file()  # no group with a spread: nothing to train
 
 
+def test_rl_draws_only_answerable_questions_and_the_warmup_all(tmp_path, tiny_model_dir):
+    from itertools import islice
+
+    from cosearch_cli import train as training
+    from cosearch_cli.answerable import answerable_questions
+    from cosearch_cli.models import load_tokenizer
+    from cosearch_cli.train import question_stream, read_questions
+
+    with pytest.raises(ConfigError, match="rl_questions"):
+        _config(tmp_path, tiny_model_dir, rl_questions="easy")
+    cfg = _config(tmp_path, tiny_model_dir, iterations=1, questions_per_iteration=1, dynamic_sampling=True,
+                  max_draw=3, eval_init=False, train_ranker=False, max_new_tokens=8, top_n=5, k=3,
+                  rl_questions="answerable")
+    lines = []
+    runner = training.Runner(cfg, log=lines.append)
+    root = runner.run()
+    every = read_questions(cfg.questions)
+    pool = answerable_questions(every, index=runner.index, retriever=None, tokenizer=load_tokenizer(cfg.agent),
+                                k=3, top_n=5, passage_tokens=cfg.passage_tokens)
+    assert 0 < len(pool) < len(every)
+    assert any(f"RL draws from the {len(pool)} of {len(every)} training questions" in line for line in lines)
+    drawn = [orjson.loads(x)["question_id"] for x in (root / "iter-0000" / "rollouts.jsonl").read_bytes()
+             .splitlines() if b'"kind"' not in x[:20]]
+    assert drawn == [q.id for q in islice(question_stream(pool, cfg.seed, 0), 3)]
+    assert set(drawn) <= {q.id for q in pool}
+    with pytest.raises(ConfigError, match="no training question is answerable"):
+        runner.rl_questions([q for q in every if q not in pool][:3])
+
+
 def test_metrics_log_has_the_update_diagnostics(tmp_path, tiny_model_dir, monkeypatch):
     from cosearch_cli import train as training
     import polars as pl
@@ -503,3 +532,33 @@ def test_greedy_baseline_without_dynamic_sampling_covers_the_iterations_question
     expected = [q.id for q in iteration_questions(training.read_questions(cfg.questions), cfg, 0)]
     assert [r.question_id for r in greedy] == [r.question_id for r in scored] == expected
     assert all(g.baseline is not None for r in scored for g in r.groups if g.role == "agent")
+
+
+def test_demo_config_file_changes_the_preset_for_a_variant(tmp_path, monkeypatch, cli):
+    from dataclasses import replace
+
+    import cosearch_cli.demo as demo_module
+
+    seen = []
+
+    def fake_demo(config, runner):
+        seen.append(config)
+        return {"run": str(tmp_path / "runs" / config.name), "lines": ["summary"]}
+
+    monkeypatch.setattr(demo_module, "run_demo", fake_demo)
+    index = tmp_path / "index"
+    index.mkdir()  # exists, so the demo does not build the fixture index
+    variant = tmp_path / "variant.toml"
+    variant.write_text(f'name = "variant"\nrl_questions = "answerable"\nindex = "{index}"\n')
+    result = cli("demo", "--config", variant, "--out", tmp_path / "runs", "--iterations", "3", "-q")
+    assert result.exit_code == 0, result.stderr
+    (config,) = seen
+    assert (config.name, config.rl_questions, config.iterations, config.out) == ("variant", "answerable", 3,
+                                                                                 str(tmp_path / "runs"))
+    assert (config.lr, config.warmup_questions) == (PRESETS["demo"]["lr"], PRESETS["demo"]["warmup_questions"])
+    # the variant config itself: the demo's own preset and the file, and nothing else
+    assert load_config(variant, preset="demo") == replace(load_config(preset="demo"), name="variant",
+                                                          rl_questions="answerable", index=str(index))
+    bad = tmp_path / "bad.toml"
+    bad.write_text('rl_questions = "easy"\n')
+    assert cli("demo", "--config", bad, "-q").exit_code != 0

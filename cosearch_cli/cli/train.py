@@ -109,13 +109,16 @@ def demo(
     out: Annotated[str, typer.Option(help="Folder of run folders.")] = "runs",
     iterations: Annotated[int | None, typer.Option(
         help=f"Training iterations (default: the demo preset's {_DEMO_ITERATIONS}).")] = None,
+    config: Annotated[str | None, typer.Option(
+        "--config", help="TOML file of TrainConfig keys that change the demo preset's, for a variant of the "
+                         "demo (give it its own `name`); e.g. bench/demo_answerable.toml.")] = None,
     threads: Threads = None,
     quiet: Quiet = False,
 ) -> None:
     from cosearch_cli.demo import run_demo
 
     started = time.perf_counter()
-    cfg = training.load_config(preset="demo", out=out, iterations=iterations)
+    cfg = training.load_config(config, preset="demo", out=out, iterations=iterations)
     if not quiet:
         stderr.print(f"cosearch demo: {cfg.iterations} training iterations and the oracle study on the fixture; "
                      f"measured {DEMO_TIME}. Progress follows on stderr.", highlight=False, markup=False)
