@@ -18,7 +18,7 @@ from cosearch_cli.train import (Runner, TrainConfig, current_models, eval_questi
 # The demo's measured wall time, stated once: `cosearch demo --help`, the demo's first line and the README all
 # show this string (tests/test_docs.py checks the README). Re-measure with `/usr/bin/time -v .venv/bin/cosearch
 # demo` from a clean clone and change it here and in the README together.
-DEMO_TIME = ("10.4 to 18.1 min (11.3 to 19.6 min with the install) from a clean clone on a 2-core x86-64 CPU "
+DEMO_TIME = ("10.4 to 19.0 min (11.3 to 20.8 min with the install) from a clean clone on a 2-core x86-64 CPU "
              "without GPU, nothing else running (load 0.05-1.2 before), peak RSS 8.5 GB (2026-12-03 to 2026-12-07)")
 
 
