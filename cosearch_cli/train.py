@@ -96,7 +96,8 @@ class TrainConfig:
     ranker_passage_tokens: int = 32
     """Tokens of each candidate's text in the ranker's prompt (top_n of them)."""
     question_chunk: int = 8
-    """Questions in flight at once during rollouts (the agent's batch is n x this)."""
+    """Questions in flight at once during training rollouts (the agent's batch is n x this); greedy evaluations
+    keep n x this questions in flight, one trajectory each: the same rows."""
     temperature: float = 1.0
     """Sampling temperature of training rollouts."""
     group_preset: str = "paper"
@@ -433,7 +434,9 @@ def has_spread(record: RolloutRecord) -> bool:
 
 def rollout_settings(config: TrainConfig, *, greedy: bool, seed: int, ranker: str | None = None):
     """The RolloutConfig the training loop hands `run_rollouts` (without decoding constraints, which need the
-    loaded tokenizers): every budget comes from `config`; greedy evaluation rolls out one trajectory."""
+    loaded tokenizers): every budget comes from `config`; greedy evaluation rolls out one trajectory per question
+    and keeps n times as many questions in flight, so its batches have the training rollouts' rows (greedy
+    trajectories do not depend on the batch: tests/test_rollout.py)."""
     from cosearch_cli.rollout import RolloutConfig
 
     c = config
@@ -441,7 +444,7 @@ def rollout_settings(config: TrainConfig, *, greedy: bool, seed: int, ranker: st
                          ranker=ranker or c.ranker, greedy=greedy, temperature=c.temperature, seed=seed,
                          max_new_tokens=c.max_new_tokens, ranker_max_new_tokens=c.ranker_max_new_tokens,
                          passage_tokens=c.passage_tokens, ranker_passage_tokens=c.ranker_passage_tokens,
-                         question_chunk=c.question_chunk)
+                         question_chunk=c.question_chunk * (c.n if greedy else 1))
 
 
 def update_settings(config: TrainConfig, iteration: int, device: str = "cpu"):

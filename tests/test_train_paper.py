@@ -28,12 +28,15 @@ def test_paper_presets_update_with_the_settings_of_method_md():
 
 
 def test_cpu_defaults_keep_the_rollout_stage_defaults():
-    handed = Runner(TrainConfig(constrain="none"))._rollout_config(None, None, greedy=True, seed=0)
+    runner = Runner(TrainConfig(constrain="none"))
+    sampled = runner._rollout_config(None, None, greedy=False, seed=0)
     default = rollout.RolloutConfig()
     shared = ("ranker_max_new_tokens", "passage_tokens", "ranker_passage_tokens", "question_chunk")
-    assert {f: getattr(handed, f) for f in shared} == {f: getattr(default, f) for f in shared}
-    assert handed.n == 1  # a greedy evaluation rolls out one trajectory per question
+    assert {f: getattr(sampled, f) for f in shared} == {f: getattr(default, f) for f in shared}
     assert {f.name for f in fields(TrainConfig)} >= set(shared)
+    greedy = runner._rollout_config(None, None, greedy=True, seed=0)
+    # a greedy evaluation rolls out one trajectory per question, 4 x 8 questions at once: the same 32 rows
+    assert (greedy.n, greedy.question_chunk, sampled.n * sampled.question_chunk) == (1, 32, 32)
 
 
 def test_update_settings_follow_the_engine_and_precision():
