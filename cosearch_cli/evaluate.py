@@ -338,7 +338,7 @@ def compare(a: Evaluation, b: Evaluation, *, samples: int = 1000, seed: int = 0,
     b_by_id = {s.question_id: s for s in b.questions}
     questions = []
     diffs: dict[str, dict[str, list[float]]] = {m: {} for m in ANSWER_METRICS}
-    for sa in a.questions:
+    for sa in sorted(a.questions, key=lambda s: s.question_id):  # the CI does not depend on the records' order
         sb = b_by_id[sa.question_id]
         row = {"question_id": sa.question_id, "dataset": sa.dataset, "hop": sa.hop, "question": sa.question}
         for metric in ANSWER_METRICS:

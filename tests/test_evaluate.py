@@ -196,6 +196,18 @@ def test_compare_pairs_questions_by_id():
     assert (q4["f1_a"], q4["f1_b"], q4["f1_diff"]) == (0.0, 1.0, 1.0)
 
 
+def test_compare_ci_does_not_depend_on_the_order_the_questions_finished_in():
+    # Rollouts write questions as they finish, so two runs of the same trajectories at other batch sizes list
+    # them in another order; the bootstrap must resample the same per-question differences either way.
+    before = [make_record(f"q{i}", "nq", ["yes"], [("no", 1, True)]) for i in range(6)]
+    after = [make_record(f"q{i}", "nq", ["yes"], [("yes" if i % 2 else "no", 1, True)]) for i in range(6)]
+    forward = compare(evaluate(before), evaluate(after), samples=200, seed=3).differences
+    backward = compare(evaluate(before[::-1]), evaluate(after[3:] + after[:3]), samples=200, seed=3).differences
+    row = next(r for r in forward if r["dataset"] == "nq")
+    assert row["f1_diff"] == 0.5 and row["f1_ci_low"] < 0.5 < row["f1_ci_high"]  # a real interval
+    assert forward == backward
+
+
 def test_records_round_trip_through_dicts():
     # The CLI reads these records back from JSON; the dict form must parse into the same scores.
     from cosearch_cli.records import read_rollout
