@@ -102,11 +102,10 @@ def learning_summary(config: TrainConfig, runner: Runner) -> dict:
         given, begin, trained = (given_models(config).ranker, current_models(paths, config, 0).ranker,
                                  current_models(paths, config, config.iterations).ranker)
         ranker_start = recorded_scores(calls)  # eval-init ran the starting ranker greedily on exactly these calls
-        batch = config.n * config.question_chunk  # the training rollouts' batch rows
         ranker_before = ranker_start if given == begin else rerank(calls, runner.backend(given), docs,
-                                                                   constrained=constrained, batch=batch)
+                                                                   constrained=constrained)
         ranker_after = ranker_start if trained == begin else rerank(calls, runner.backend(trained), docs,
-                                                                    constrained=constrained, batch=batch)
+                                                                    constrained=constrained)
     overall = compare_runs(base, final, calls=calls, ranker_before=ranker_before, ranker_after=ranker_after)
     if calls is not None:
         points = ([(-2, ranker_before)] if base_path.is_file() else []) + [(-1, ranker_start),
